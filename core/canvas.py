@@ -1,0 +1,123 @@
+"""Text + spans -> one token canvas: context window, mask slots per span, map back to text.
+
+Only span slots are ever decoded; the text outside the spans is never re-encoded into the
+result, so the round trip is exact by construction (see `splice`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .errors import SpanError
+from .spans import Span
+from .tokenizer import Tokenizer
+
+DEFAULT_POINT_INFILL = 32  # slots for an infill at a bare cursor (no selection)
+
+
+def infill_slots(span: Span, selected_tokens: int) -> int:
+    """How many mask slots an infill span gets; pad/eos trims what the model does not use."""
+    if span.max_tokens is not None:
+        return span.max_tokens
+    if selected_tokens == 0:
+        return DEFAULT_POINT_INFILL
+    # Room to grow past the selection's own length: a fixed length is the main cause of bad infills.
+    return max(8, math.ceil(1.5 * selected_tokens) + 4)
+
+
+@dataclass(frozen=True)
+class Canvas:
+    ids: tuple[int, ...]  # the whole canvas; infill slots hold the mask id, rewrite slots the draft
+    slots: tuple[range, ...]  # per span, its canvas positions
+    spans: tuple[Span, ...]  # sorted, validated
+    window: tuple[int, int]  # character range of the text the canvas covers
+    mask_id: int
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+
+def _lines_tail(text: str, budget: int, tokenizer: Tokenizer) -> list[int]:
+    """Tokens of the longest tail of `text` that starts at a line start and fits `budget`."""
+    if not text or budget <= 0:
+        return []
+    # Look at a generous character window first so huge files never get encoded whole.
+    start = max(0, len(text) - budget * 8)
+    if start > 0:
+        newline = text.find("\n", start)
+        start = newline + 1 if newline != -1 else len(text)
+    while True:
+        ids = tokenizer.encode(text[start:])
+        if len(ids) <= budget:
+            return ids
+        # Drop a share of lines proportional to the overflow and try again.
+        drop = max(1, int((len(ids) - budget) / len(ids) * (len(text) - start)))
+        newline = text.find("\n", start + drop - 1)
+        start = newline + 1 if newline != -1 else len(text)
+
+
+def _lines_head(text: str, budget: int, tokenizer: Tokenizer) -> list[int]:
+    """Tokens of the longest head of `text` that ends at a line end and fits `budget`."""
+    if not text or budget <= 0:
+        return []
+    end = min(len(text), budget * 8)
+    if end < len(text):
+        end = text.rfind("\n", 0, end) + 1
+    while True:
+        ids = tokenizer.encode(text[:end])
+        if len(ids) <= budget:
+            return ids
+        drop = max(1, int((len(ids) - budget) / len(ids) * end))
+        end = text.rfind("\n", 0, max(0, end - drop)) + 1
+
+
+def _gap(text: str, budget: int, tokenizer: Tokenizer) -> list[int]:
+    """Text between two spans: whole when it fits, else its head and tail lines."""
+    if budget <= 0:
+        return []
+    ids = tokenizer.encode(text) if len(text) <= budget * 8 else None
+    if ids is not None and len(ids) <= budget:
+        return ids
+    return _lines_head(text, budget // 2, tokenizer) + _lines_tail(text, budget - budget // 2, tokenizer)
+
+
+def build_canvas(text: str, spans: list[Span], tokenizer: Tokenizer, mask_id: int, context_tokens: int, max_len: int) -> Canvas:
+    """Lay out prefix | slots | gap | slots | ... | suffix within `max_len` tokens.
+
+    `spans` must already be validated and sorted. `context_tokens` is the budget for all
+    fixed text together: half before the first span, half after the last, and gaps between
+    spans take theirs from the same budget.
+    """
+    drafts: list[list[int]] = []
+    for span in spans:
+        selected = tokenizer.encode(text[span.start:span.end])
+        if span.mode == "rewrite":
+            drafts.append(selected)
+        else:
+            drafts.append([mask_id] * infill_slots(span, len(selected)))
+    slot_total = sum(len(d) for d in drafts)
+    if slot_total > max_len:
+        raise SpanError(f"the spans need {slot_total} tokens but the model's canvas holds {max_len}")
+    budget = max(0, min(context_tokens, max_len - slot_total))
+    n_gaps = len(spans) - 1
+    gap_budget = budget // (2 + n_gaps) if n_gaps else 0
+    edge_budget = (budget - gap_budget * n_gaps) // 2
+
+    prefix = _lines_tail(text[: spans[0].start], edge_budget, tokenizer)
+    suffix = _lines_head(text[spans[-1].end:], edge_budget, tokenizer)
+    ids: list[int] = list(prefix)
+    slots: list[range] = []
+    for i, (span, draft) in enumerate(zip(spans, drafts)):
+        if i:
+            ids += _gap(text[spans[i - 1].end:span.start], gap_budget, tokenizer)
+        slots.append(range(len(ids), len(ids) + len(draft)))
+        ids += draft
+    ids += suffix
+    window = (spans[0].start - len(tokenizer.decode(prefix)), spans[-1].end + len(tokenizer.decode(suffix)))
+    return Canvas(ids=tuple(ids), slots=tuple(slots), spans=tuple(spans), window=window, mask_id=mask_id)
+
+
+def span_text(ids: list[int], tokenizer: Tokenizer, drop_ids: tuple[int, ...]) -> str:
+    """A finished span's text: pad/eos (and any mask left over) deleted, then decoded."""
+    return tokenizer.decode([i for i in ids if i not in drop_ids])

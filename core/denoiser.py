@@ -1,0 +1,67 @@
+"""A loaded model ready for the sampler: backbone + tokenizer + the ids that matter."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import ModelError
+from .model import KVCache, Transformer
+from .tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    family: str  # registry name, e.g. "sharpen", "llada", "dream"
+    mask_id: int  # the token every masked slot holds
+    pad_id: int | None  # written by the model where a variable-length span ends early
+    eos_id: int | None  # also deleted inside infill spans
+    shift_logits: bool = False  # Dream family: logits at i predict token i+1, so shift right by one
+    chat_template: str | None = None  # instruct checkpoints only
+    name: str = ""  # where it came from, for status bars and --json
+
+    def check(self, vocab_size: int) -> None:
+        """Refuse specs that would silently corrupt a run (collisions, ids out of range)."""
+        for label, value in (("mask", self.mask_id), ("pad", self.pad_id), ("eos", self.eos_id)):
+            if value is not None and not 0 <= value < vocab_size:
+                raise ModelError(f"{label} token id {value} is outside the vocabulary of {vocab_size}")
+        if self.mask_id in (self.pad_id, self.eos_id):
+            raise ModelError(f"mask token id {self.mask_id} collides with pad/eos; the checkpoint's special tokens are inconsistent")
+
+    @property
+    def end_ids(self) -> tuple[int, ...]:
+        """Ids deleted from a finished infill span (variable length)."""
+        return tuple(i for i in (self.pad_id, self.eos_id) if i is not None)
+
+
+class Denoiser:
+    """`logits(ids) -> [B, T, V]` over a canvas, with the family's conventions applied."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, spec: ModelSpec) -> None:
+        spec.check(model.cfg.vocab_size)
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.spec = spec
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed.weight.device
+
+    @property
+    def max_len(self) -> int:
+        return self.model.cfg.max_seq_len
+
+    @torch.inference_mode()
+    def logits(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        """ids [B, S] -> logits [B, S, V] float32: row i scores the token at position i.
+
+        For shifted families the backbone's row i-1 predicts position i; row 0 keeps its own.
+        A chunk with `positions` must then start one position early; the caller drops it.
+        """
+        logits = self.model(ids, positions, cache)  # [B, S, V]
+        if self.spec.shift_logits:
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+        return logits
+
+    def new_cache(self, batch: int, length: int) -> KVCache:
+        return self.model.new_cache(batch, length)

@@ -1,0 +1,113 @@
+"""The engine's front door: text + spans in, frames out, the new text at the end.
+
+    for frame in run_edit(denoiser, text, spans, settings):
+        ...draw frame...
+    result = frame.result   # on the done frame
+
+Everything here is pure data in and out; the denoiser is the only state.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from .canvas import build_canvas, span_text
+from .denoiser import Denoiser
+from .errors import Cancelled, UsageError
+from .files import match_newlines, newline_style
+from .sampler import Frame, SamplerSettings, denoise
+from .spans import Span, splice, validate_spans
+
+DEFAULT_CONTEXT_TOKENS = 1024  # fixed text around the spans the model sees (half before, half after)
+
+
+@dataclass(frozen=True)
+class SpanResult:
+    span: Span  # as given (offsets into the original text)
+    text: str  # the new text of the span, best sample
+    tokens: int  # tokens generated (pad/eos removed)
+    alternatives: tuple[str, ...]  # every sample's text, best first (alternatives[0] == text)
+
+
+@dataclass(frozen=True)
+class EditResult:
+    text: str  # the whole new text (best sample)
+    spans: tuple[SpanResult, ...]
+    steps: int  # denoising steps run (forward passes after the start)
+    seconds: float
+    samples: tuple[str, ...] = field(default=())  # whole text per sample, best first
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.tokens for s in self.spans)
+
+
+@dataclass(frozen=True)
+class EditFrame:
+    """A sampler frame plus, on the last one, the finished result."""
+
+    frame: Frame
+    result: EditResult | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.frame.done
+
+
+def check_instructions(denoiser: Denoiser, spans: list[Span]) -> None:
+    if any(s.instruction for s in spans) and not denoiser.spec.chat_template:
+        raise UsageError("an instruction needs an instruct checkpoint with a chat template; this model has none")
+
+
+def run_edit(
+    denoiser: Denoiser,
+    text: str,
+    spans: list[Span],
+    settings: SamplerSettings = SamplerSettings(),
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> Iterator[EditFrame]:
+    """Denoise all spans of `text` together in one canvas; the last EditFrame carries the result."""
+    ordered = validate_spans(text, spans)
+    check_instructions(denoiser, ordered)
+    tok, spec = denoiser.tokenizer, denoiser.spec
+    canvas = build_canvas(text, ordered, tok, spec.mask_id, context_tokens, denoiser.max_len)
+    started = time.perf_counter()
+    for frame in denoise(denoiser, canvas, settings, should_stop):
+        if not frame.done:
+            yield EditFrame(frame)
+            continue
+        drop = (*spec.end_ids, spec.mask_id)
+        newline = newline_style(text)
+        per_sample = [[match_newlines(span_text(list(ids), tok, drop), newline) for ids in sample] for sample in frame.final_ids]
+        scores = [_sample_score(frame, b) for b in range(len(per_sample))]
+        ranking = sorted(range(len(per_sample)), key=lambda b: -scores[b]) if len(per_sample) > 1 else [0]
+        texts = [splice(text, [(s.start, s.end, t) for s, t in zip(ordered, per_sample[b])]) for b in ranking]
+        best = ranking[0]
+        span_results = tuple(
+            SpanResult(
+                span=span,
+                text=per_sample[best][i],
+                tokens=sum(1 for t in frame.final_ids[best][i] if t not in drop),
+                alternatives=tuple(per_sample[b][i] for b in ranking),
+            )
+            for i, span in enumerate(ordered)
+        )
+        result = EditResult(texts[0], span_results, frame.step, time.perf_counter() - started, tuple(texts))
+        yield EditFrame(frame, result)
+
+
+def _sample_score(frame: Frame, sample: int) -> float:
+    # Alternatives are ranked by the sampler's own confidence; syntax-aware scoring plugs in here later.
+    return frame.sample_scores[sample] if frame.sample_scores else 0.0
+
+
+def apply_edit(denoiser: Denoiser, text: str, spans: list[Span], settings: SamplerSettings = SamplerSettings(), **kwargs) -> EditResult:
+    """Run an edit to the end and return its result (no frames)."""
+    last = None
+    for last in run_edit(denoiser, text, spans, settings, **kwargs):
+        pass
+    if last is None or last.result is None:
+        raise Cancelled("the edit was cancelled")
+    return last.result

@@ -1,0 +1,41 @@
+"""Our own family (the embedded default model): config names and weight names are the backbone's."""
+from __future__ import annotations
+
+from ..model import ModelConfig
+from ..tokenizer import EOS_TOKEN, MASK_TOKEN, PAD_TOKEN
+from . import Family, register
+
+_LAYER = {
+    "layers.{i}.attn_norm.weight": "layers.{i}.attn_norm.weight",
+    "layers.{i}.attn.wq.weight": "layers.{i}.attn.wq.weight",
+    "layers.{i}.attn.wk.weight": "layers.{i}.attn.wk.weight",
+    "layers.{i}.attn.wv.weight": "layers.{i}.attn.wv.weight",
+    "layers.{i}.attn.wo.weight": "layers.{i}.attn.wo.weight",
+    "layers.{i}.ffn_norm.weight": "layers.{i}.ffn_norm.weight",
+    "layers.{i}.ffn.w1.weight": "layers.{i}.ffn.w1.weight",
+    "layers.{i}.ffn.w2.weight": "layers.{i}.ffn.w2.weight",
+    "layers.{i}.ffn.w3.weight": "layers.{i}.ffn.w3.weight",
+}
+
+
+def _special_ids(config: dict, tokenizer) -> dict:
+    def pick(key: str, token: str):
+        value = config.get(key)
+        return value if value is not None else tokenizer.token_id(token)
+
+    return {
+        "mask_id": pick("mask_token_id", MASK_TOKEN),
+        "pad_id": pick("pad_token_id", PAD_TOKEN),
+        "eos_id": pick("eos_token_id", EOS_TOKEN),
+    }
+
+
+SHARPEN = register(
+    Family(
+        name="sharpen",
+        model_types=("sharpen",),
+        to_config=ModelConfig.from_dict,
+        weight_map={"embed.weight": "embed.weight", "norm.weight": "norm.weight", "output.weight": "output.weight", **_LAYER},
+        special_ids=_special_ids,
+    )
+)

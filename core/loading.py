@@ -1,0 +1,161 @@
+"""Checkpoint directories -> Denoiser, through one path for every family.
+
+A checkpoint is a directory with config.json, model weights as safetensors (one file, or
+shards listed in model.safetensors.index.json) and tokenizer.json. The backbone is built
+on the meta device and the tensors are assigned in, after checking every key and shape.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from importlib import resources
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from . import families
+from .denoiser import Denoiser, ModelSpec
+from .errors import ModelError
+from .model import ModelConfig, Transformer
+from .tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def embedded_model_path() -> Path:
+    """The small model shipped inside the package, used when no --model is given."""
+    return Path(str(resources.files("sharpen.core") / "embedded"))
+
+
+def read_config(path: Path) -> dict:
+    config_file = path / "config.json"
+    if not path.is_dir():
+        raise ModelError(f"model directory not found: {path}")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelError(f"no config.json in model directory {path}") from None
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read {config_file}: {exc}") from None
+    if not isinstance(config, dict):
+        raise ModelError(f"{config_file} is not a JSON object")
+    return config
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The safetensors files of a checkpoint, from the shard index when there is one."""
+    index = path / INDEX_FILE
+    if index.exists():
+        try:
+            shard_names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            raise ModelError(f"cannot read shard index {index}: {exc}") from None
+        files = [path / name for name in shard_names]
+        missing = [f.name for f in files if not f.exists()]
+        if missing:
+            raise ModelError(f"shard index {index.name} lists missing files: {', '.join(missing)}")
+        return files
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelError(f"no *.safetensors weights in {path}")
+    return files
+
+
+def read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                for key in handle.keys():
+                    tensors[key] = handle.get_tensor(key)
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise ModelError(f"corrupt or truncated weights file {file.name}: {str(exc).splitlines()[0]}") from None
+    return tensors
+
+
+def map_state_dict(family: families.Family, cfg: ModelConfig, tensors: dict[str, torch.Tensor], model: Transformer) -> dict[str, torch.Tensor]:
+    """Rename checkpoint tensors to backbone names; every key and shape must match exactly."""
+    name_map = families.expand_weight_map(family, cfg.n_layers)
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if cfg.tie_embeddings:
+        expected.pop("output.weight", None)
+        name_map = {src: dst for src, dst in name_map.items() if dst != "output.weight"}
+    state: dict[str, torch.Tensor] = {}
+    unexpected = []
+    for key, tensor in tensors.items():
+        if key in name_map:
+            state[name_map[key]] = tensor
+        elif not any(key.endswith(skip) for skip in family.skip_keys):
+            unexpected.append(key)
+    missing = sorted(set(expected) - set(state))
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} tensors (first: {missing[0]})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected tensors (first: {sorted(unexpected)[0]})")
+        raise ModelError(f"weights do not match the {family.name} layout: " + "; ".join(parts))
+    for key, shape in expected.items():
+        if tuple(state[key].shape) != shape:
+            raise ModelError(f"tensor {key} has shape {tuple(state[key].shape)}, expected {shape}")
+    return state
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    # bf16 on accelerators (half the bandwidth per step); float32 on CPU, where bf16 is slow.
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def load_denoiser(path: str | Path | None = None, device: str = "cpu", dtype: torch.dtype | None = None) -> Denoiser:
+    """Load a checkpoint directory (default: the embedded model) onto `device`."""
+    path = Path(path) if path is not None else embedded_model_path()
+    config = read_config(path)
+    family = families.family_for(config)
+    try:
+        cfg = family.to_config(config)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ModelError(f"config.json of {path} does not describe a {family.name} model: {exc}") from None
+    tokenizer = Tokenizer.from_file(path / "tokenizer.json")
+    ids = family.special_ids(config, tokenizer)
+    if ids.get("mask_id") is None:
+        raise ModelError(f"the tokenizer of {path} has no mask token and config.json names none")
+    spec = ModelSpec(
+        family=family.name,
+        mask_id=int(ids["mask_id"]),
+        pad_id=ids.get("pad_id"),
+        eos_id=ids.get("eos_id"),
+        shift_logits=family.shift_logits,
+        chat_template=ids.get("chat_template"),
+        name=config.get("name", path.name),
+    )
+
+    torch_device = torch.device(device)
+    dtype = dtype or default_dtype(torch_device)
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    state = map_state_dict(family, cfg, read_tensors(weight_files(path)), model)
+    state = {k: v.to(device=torch_device, dtype=dtype) for k, v in state.items()}
+    model.load_state_dict(state, strict=not cfg.tie_embeddings, assign=True)
+    if cfg.tie_embeddings:
+        model.output.weight = model.embed.weight
+    log.info("loaded %s model from %s (%s, %s)", family.name, path, torch_device, dtype)
+    return Denoiser(model, tokenizer, spec)
+
+
+def save_checkpoint(model: Transformer, tokenizer_file: str | Path, out_dir: str | Path, extra_config: dict | None = None) -> Path:
+    """Write a checkpoint of our own family: config.json, model.safetensors, tokenizer.json."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = Tokenizer.from_file(tokenizer_file)
+    config = {"model_type": "sharpen", **model.cfg.to_dict(), **(extra_config or {})}
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    if model.cfg.tie_embeddings:
+        state.pop("output.weight")
+    save_file(state, str(out / "model.safetensors"))
+    tokenizer.hf.save(str(out / "tokenizer.json"))
+    return out

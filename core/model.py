@@ -1,0 +1,199 @@
+"""The one compact bidirectional transformer behind every native family.
+
+RMSNorm, rotary position embeddings (rotate-half convention, as transformers' Llama and
+Qwen2), SwiGLU feed-forward and grouped-query attention through torch's
+scaled_dot_product_attention with no causal mask: every position sees every other,
+which is what a masked-diffusion denoiser needs. Families (our own, LLaDA, Dream, ...)
+differ only in config names and weight names; see families.py.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 4096  # tokenizer size, special tokens included
+    dim: int = 256  # residual stream width
+    n_layers: int = 4  # transformer blocks
+    n_heads: int = 4  # query heads
+    n_kv_heads: int | None = None  # key/value heads (GQA); None means n_heads
+    ffn_hidden: int | None = None  # SwiGLU inner width; None means ~8/3 * dim, rounded to 64
+    rope_theta: float = 10000.0  # RoPE base; LLaDA uses 500000, Qwen2.5 1000000
+    norm_eps: float = 1e-5  # RMSNorm epsilon
+    max_seq_len: int = 2048  # longest canvas the rotary table is built for
+    qkv_bias: bool = False  # Qwen2-style biases on q, k, v projections
+    tie_embeddings: bool = False  # output head shares the input embedding matrix
+
+    def __post_init__(self) -> None:
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.ffn_hidden is None:
+            self.ffn_hidden = 64 * ((8 * self.dim // 3 + 63) // 64)
+        if self.dim % self.n_heads:
+            raise ValueError(f"dim {self.dim} is not divisible by n_heads {self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+# Named sizes for our own family; an unknown name is an error listing these.
+PRESETS: dict[str, ModelConfig] = {
+    "test": ModelConfig(vocab_size=512, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=512),
+    "tiny": ModelConfig(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, max_seq_len=1024),
+    "small": ModelConfig(dim=384, n_layers=6, n_heads=6, n_kv_heads=2, max_seq_len=1024),
+    "base": ModelConfig(dim=512, n_layers=8, n_heads=8, n_kv_heads=4, max_seq_len=2048),
+}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    if name not in PRESETS:
+        raise KeyError(f"unknown model preset {name!r}; known: {', '.join(PRESETS)}")
+    return ModelConfig.from_dict({**PRESETS[name].to_dict(), **overrides})
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 for bf16 stability, as the reference implementations do.
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rotary_table(head_dim: int, max_len: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float32, device=device), inv_freq)  # [L, D/2]
+    angles = torch.cat([angles, angles], dim=-1)  # [L, D]
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x [B, H, S, D]; cos/sin [S, D]
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+
+
+class KVCache:
+    """Keys and values of a whole canvas, per layer: [B, Hkv, T, D].
+
+    A forward pass over a chunk of positions writes that chunk's keys/values in and
+    attends over the full cache, so the fixed context is computed once and reused.
+    """
+
+    def __init__(self, n_layers: int, batch: int, n_kv_heads: int, length: int, head_dim: int, dtype, device) -> None:
+        shape = (batch, n_kv_heads, length, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.length = length
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.wq = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+
+    def forward(self, x, cos, sin, positions, layer_cache):
+        B, S, _ = x.shape
+        q = self.wq(x).view(B, S, self.n_heads, self.head_dim).transpose(1, 2)  # [B, H, S, D]
+        k = self.wk(x).view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, S, D]
+        v = self.wv(x).view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if layer_cache is not None:
+            cache_k, cache_v = layer_cache
+            cache_k[:, :, positions] = k
+            cache_v[:, :, positions] = v
+            k, v = cache_k, cache_v  # [B, Hkv, T, D]
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.wo(out.transpose(1, 2).reshape(B, S, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(cfg.dim, cfg.ffn_hidden, bias=False)  # gate
+        self.w3 = nn.Linear(cfg.dim, cfg.ffn_hidden, bias=False)  # up
+        self.w2 = nn.Linear(cfg.ffn_hidden, cfg.dim, bias=False)  # down
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x, cos, sin, positions, layer_cache):
+        x = x + self.attn(self.attn_norm(x), cos, sin, positions, layer_cache)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.output.weight = self.embed.weight
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def rope(self, device) -> tuple[torch.Tensor, torch.Tensor]:
+        # Built lazily (not a buffer) so meta-device construction and state dicts stay clean.
+        if self._rope is None or self._rope[0].device != device:
+            self._rope = rotary_table(self.cfg.head_dim, self.cfg.max_seq_len, self.cfg.rope_theta, device)
+        return self._rope
+
+    def new_cache(self, batch: int, length: int) -> KVCache:
+        cfg, w = self.cfg, self.embed.weight
+        return KVCache(cfg.n_layers, batch, cfg.n_kv_heads, length, cfg.head_dim, w.dtype, w.device)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        """ids [B, S] -> logits [B, S, V] (float32).
+
+        `positions` [S] are the absolute canvas positions of `ids` (default 0..S-1); with a
+        `cache`, this chunk's keys/values are written at those positions and attention
+        runs over the whole cached canvas.
+        """
+        B, S = ids.shape
+        if positions is None:
+            positions = torch.arange(S, device=ids.device)
+        if S > self.cfg.max_seq_len or (cache is not None and cache.length > self.cfg.max_seq_len):
+            raise ValueError(f"canvas of {max(S, cache.length if cache else 0)} tokens exceeds max_seq_len {self.cfg.max_seq_len}")
+        cos, sin = self.rope(ids.device)
+        cos, sin = cos[positions], sin[positions]  # [S, D]
+        x = self.embed(ids)  # [B, S, dim]
+        for i, layer in enumerate(self.layers):
+            layer_cache = None if cache is None else (cache.k[i], cache.v[i])
+            x = layer(x, cos, sin, positions, layer_cache)
+        return self.output(self.norm(x)).float()  # [B, S, V]
