@@ -1,0 +1,107 @@
+"""Spans, canvas and splice: the round trip outside the spans is exact."""
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sharpen.core.canvas import build_canvas, infill_slots
+from sharpen.core.errors import SpanError
+from sharpen.core.spans import Span, splice, validate_spans
+
+TEXT_ALPHABET = st.sampled_from(list("ab \t\n\r") + ["\r\n", "é", "東", "☃", "😀", "\u2028", "\x0c", "def ", "    "])
+texts = st.lists(TEXT_ALPHABET, min_size=1, max_size=60).map("".join)
+
+
+@st.composite
+def text_and_spans(draw):
+    text = draw(texts)
+    cuts = sorted(draw(st.lists(st.integers(0, len(text)), min_size=2, max_size=8, unique=True)))
+    spans = []
+    for start, end in zip(cuts[::2], cuts[1::2]):
+        mode = draw(st.sampled_from(["infill", "rewrite"]))
+        spans.append(Span(start, end, mode=mode if end > start else "infill"))
+    return text, spans
+
+
+@given(text_and_spans(), st.data())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_splice_keeps_everything_outside_the_spans(tiny_denoiser, case, data):
+    text, spans = case
+    spans = validate_spans(text, spans)
+    new = [data.draw(texts) for _ in spans]
+    out = splice(text, [(s.start, s.end, n) for s, n in zip(spans, new)])
+    # Walk the output: the pieces between spans are the original pieces, byte for byte.
+    cursor, pos = 0, 0
+    for span, piece in zip(spans, new):
+        assert out[pos:pos + span.start - cursor] == text[cursor:span.start]
+        pos += span.start - cursor
+        assert out[pos:pos + len(piece)] == piece
+        pos += len(piece)
+        cursor = span.end
+    assert out[pos:] == text[cursor:]
+    assert splice(text, [(s.start, s.end, text[s.start:s.end]) for s in spans]) == text
+
+
+@given(text_and_spans())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_canvas_layout_round_trips(tiny_denoiser, case):
+    text, spans = case
+    tok, mask = tiny_denoiser.tokenizer, tiny_denoiser.spec.mask_id
+    spans = validate_spans(text, spans)
+    canvas = build_canvas(text, spans, tok, mask, context_tokens=4096, max_len=4096)
+    assert len(canvas.slots) == len(spans)
+    for span, slots in zip(spans, canvas.slots):
+        ids = list(canvas.ids[slots.start:slots.stop])
+        if span.mode == "rewrite":
+            assert tok.decode(ids) == text[span.start:span.end]  # the draft is the span itself
+        else:
+            assert ids == [mask] * len(slots)
+    # With a full budget, the fixed tokens decode back to the text outside the spans.
+    fixed, cursor = [], 0
+    for span, slots in zip(spans, canvas.slots):
+        fixed.append(text[cursor:span.start])
+        cursor = span.end
+    fixed.append(text[cursor:])
+    outside = [i for n, i in enumerate(canvas.ids) if not any(n in s for s in canvas.slots)]
+    assert tok.decode(outside) == "".join(fixed)
+
+
+def test_context_window_is_bounded_and_cut_at_line_starts(tiny_denoiser):
+    tok, mask = tiny_denoiser.tokenizer, tiny_denoiser.spec.mask_id
+    lines = [f"line_{n} = {n} * 2\n" for n in range(5000)]
+    text = "".join(lines)
+    start = text.index("line_2500")
+    canvas = build_canvas(text, [Span(start, start + 9)], tok, mask, context_tokens=200, max_len=512)
+    prefix = tok.decode(list(canvas.ids[: canvas.slots[0].start]))
+    suffix = tok.decode(list(canvas.ids[canvas.slots[0].stop:]))
+    assert len(canvas.ids) <= 200 + len(canvas.slots[0])
+    assert prefix and text[:start].endswith(prefix) and prefix.startswith("line_")
+    assert suffix and text[start + 9:].startswith(suffix) and suffix.endswith("\n")
+
+
+def test_infill_slot_budget():
+    assert infill_slots(Span(0, 0), 0) == 32
+    assert infill_slots(Span(0, 5, max_tokens=7), 3) == 7
+    assert infill_slots(Span(0, 5), 10) >= 15
+
+
+@pytest.mark.parametrize(
+    "spans, message",
+    [
+        ([Span(0, 5), Span(3, 8)], "overlaps"),
+        ([Span(5, 2)], "end is before start"),
+        ([Span(0, 99)], "outside the text"),
+        ([Span(-1, 2)], "outside the text"),
+        ([Span(2, 2, mode="rewrite")], "non-empty"),
+        ([Span(1, 1), Span(1, 1)], "overlaps"),
+        ([Span(0, 2, strength=0.0, mode="rewrite")], "strength"),
+        ([Span(0, 2, max_tokens=0)], "max_tokens"),
+        ([], "no span"),
+    ],
+)
+def test_bad_spans_are_rejected_with_the_span_named(spans, message):
+    with pytest.raises(SpanError, match=message):
+        validate_spans("0123456789", spans)
+
+
+def test_touching_spans_are_allowed():
+    assert len(validate_spans("0123456789", [Span(0, 5), Span(5, 8)])) == 2

@@ -1,0 +1,96 @@
+"""Checkpoint directories load through the one real path, and bad ones fail clearly."""
+import json
+import shutil
+
+import pytest
+import torch
+
+from checkpoints import write_tiny_sharpen
+from sharpen.core.errors import ModelError
+from sharpen.core.loading import load_denoiser, save_checkpoint
+
+
+def test_round_trip_keeps_weights_and_special_ids(tiny_model_dir, tiny_denoiser, tmp_path):
+    again = load_denoiser(save_checkpoint(tiny_denoiser.model, tiny_model_dir / "tokenizer.json", tmp_path / "copy"))
+    ids = torch.randint(0, 300, (2, 17))
+    assert torch.equal(tiny_denoiser.logits(ids), again.logits(ids))
+    spec = tiny_denoiser.spec
+    assert (spec.family, spec.mask_id, spec.pad_id, spec.eos_id, spec.shift_logits) == ("sharpen", 0, 1, 2, False)
+    assert tiny_denoiser.logits(ids).shape == (2, 17, tiny_denoiser.tokenizer.vocab_size)
+
+
+def test_tied_embeddings_checkpoint_loads(tmp_path):
+    den = load_denoiser(write_tiny_sharpen(tmp_path / "tied", tie_embeddings=True))
+    assert den.model.output.weight is den.model.embed.weight
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_missing_directory_and_config(tmp_path, tiny_model_dir):
+    with pytest.raises(ModelError, match="not found"):
+        load_denoiser(tmp_path / "nowhere")
+    broken = _copy(tiny_model_dir, tmp_path / "noconfig")
+    (broken / "config.json").unlink()
+    with pytest.raises(ModelError, match="no config.json"):
+        load_denoiser(broken)
+
+
+def test_truncated_weights(tmp_path, tiny_model_dir):
+    broken = _copy(tiny_model_dir, tmp_path / "trunc")
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ModelError, match="corrupt or truncated"):
+        load_denoiser(broken)
+
+
+def test_unknown_family_lists_the_known_ones(tmp_path, tiny_model_dir):
+    broken = _copy(tiny_model_dir, tmp_path / "unknown")
+    config = json.loads((broken / "config.json").read_text())
+    config["model_type"] = "gpt-mystery"
+    (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError, match="unknown model family.*known: .*sharpen"):
+        load_denoiser(broken)
+
+
+def test_wrong_shapes_and_missing_tensors(tmp_path, tiny_model_dir):
+    broken = _copy(tiny_model_dir, tmp_path / "shape")
+    config = json.loads((broken / "config.json").read_text())
+    config["n_layers"] = 3
+    (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError, match="missing .* tensors"):
+        load_denoiser(broken)
+    config["n_layers"], config["ffn_hidden"] = 2, 64
+    (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError, match="shape"):
+        load_denoiser(broken)
+
+
+def test_mask_pad_collision_is_refused(tmp_path, tiny_model_dir):
+    broken = _copy(tiny_model_dir, tmp_path / "collide")
+    config = json.loads((broken / "config.json").read_text())
+    config["pad_token_id"] = config.get("mask_token_id", 0)
+    (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError, match="collides"):
+        load_denoiser(broken)
+
+
+def test_sharded_index(tmp_path, tiny_model_dir):
+    from safetensors.torch import load_file, save_file
+
+    sharded = _copy(tiny_model_dir, tmp_path / "sharded")
+    tensors = load_file(str(sharded / "model.safetensors"))
+    (sharded / "model.safetensors").unlink()
+    names = sorted(tensors)
+    halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file, keys in halves.items():
+        save_file({k: tensors[k] for k in keys}, str(sharded / file))
+    index = {"metadata": {}, "weight_map": {k: f for f, keys in halves.items() for k in keys}}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
+    ids = torch.randint(0, 300, (1, 9))
+    assert torch.equal(load_denoiser(sharded).logits(ids), load_denoiser(tiny_model_dir).logits(ids))
+    (sharded / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(ModelError, match="missing files"):
+        load_denoiser(sharded)

@@ -1,0 +1,164 @@
+"""The denoising loop on a tiny random model: invariants, determinism, cancellation."""
+import pytest
+import torch
+
+from sharpen.core.canvas import build_canvas
+from sharpen.core.engine import apply_edit, run_edit
+from sharpen.core.errors import Cancelled
+from sharpen.core.sampler import SamplerSettings, denoise
+from sharpen.core.spans import Span
+from sharpen.kernels import reference as K
+
+TEXT = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    x = 1\r\n    y = 2\n"
+SPANS = [Span(4, 7), Span(23, 31, mode="rewrite", strength=0.6), Span(48, 48, max_tokens=6)]
+
+SETTINGS = [
+    SamplerSettings(),
+    SamplerSettings(schedule="fixed", steps=3, policy="margin"),
+    SamplerSettings(policy="entropy", block_size=4),
+    SamplerSettings(policy="random", temperature=0.8, top_k=20, top_p=0.9, samples=3),
+    SamplerSettings(temperature=1.0, remask_below=0.05, block_size=8),
+    SamplerSettings(rewrite_order="random", schedule="fixed", steps=1),
+]
+
+
+def outside(text, spans):
+    cuts = [0] + [p for s in spans for p in (s.start, s.end)] + [len(text)]
+    return [text[a:b] for a, b in zip(cuts[::2], cuts[1::2])]
+
+
+@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: f"{s.policy}-{s.schedule}-{s.block_size}-{s.samples}")
+def test_every_mask_is_resolved_and_only_spans_change(tiny_denoiser, settings):
+    frames = list(run_edit(tiny_denoiser, TEXT, SPANS, settings))
+    assert frames[-1].done and all(not f.done for f in frames[:-1])
+    final = frames[-1].frame
+    assert final.masked == 0
+    mask = tiny_denoiser.spec.mask_id
+    assert all(mask not in ids for sample in final.final_ids for ids in sample)
+    result = frames[-1].result
+    # The text between spans comes back untouched, whatever the model wrote.
+    pieces = outside(TEXT, SPANS)
+    rebuilt = pieces[0] + "".join(r.text + p for r, p in zip(result.spans, pieces[1:]))
+    assert rebuilt == result.text
+    assert len(result.samples) == settings.samples
+    assert all(len(r.alternatives) == settings.samples for r in result.spans)
+    # Steps never exceed the plan (or twice it with error correction).
+    cap = final.total_steps * (2 if settings.remask_below else 1)
+    assert 1 <= result.steps <= cap
+
+
+def test_frames_show_progress_step_by_step(tiny_denoiser):
+    frames = [f.frame for f in run_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=10)], SamplerSettings(schedule="fixed"))]
+    masked = [f.masked for f in frames]
+    assert masked[0] == 10 and masked[-1] == 0
+    assert masked == sorted(masked, reverse=True)
+    assert [f.step for f in frames[:-1]] == list(range(len(frames) - 1))
+    state = frames[1].spans[0]
+    assert len(state.tokens) == len(state.confidence) == len(state.guesses) == 10
+    assert sum(t is not None for t in state.tokens) == 1  # fixed schedule over 10 steps: one per step
+    assert all(0.0 <= c <= 1.0 for c in state.confidence)
+
+
+def test_fixed_schedule_uses_the_step_budget(tiny_denoiser):
+    result = apply_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=12)], SamplerSettings(schedule="fixed", steps=4))
+    assert result.steps == 4
+
+
+def test_threshold_commits_in_parallel(tiny_denoiser):
+    # A threshold every proposal clears commits the whole span in one step.
+    result = apply_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=12)], SamplerSettings(threshold=1e-9))
+    assert result.steps == 1
+
+
+def test_same_seed_same_result_other_seed_differs(tiny_denoiser):
+    settings = SamplerSettings(temperature=1.5, seed=7, samples=2)
+    a = apply_edit(tiny_denoiser, TEXT, SPANS, settings)
+    b = apply_edit(tiny_denoiser, TEXT, SPANS, settings)
+    assert a.samples == b.samples
+    others = {apply_edit(tiny_denoiser, TEXT, SPANS, SamplerSettings(temperature=1.5, seed=s)).text for s in range(1, 5)}
+    assert len(others | {a.text}) > 1
+
+
+def test_cancelled_before_the_first_step_raises_in_apply_edit(tiny_denoiser):
+    with pytest.raises(Cancelled):
+        apply_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=16)], should_stop=lambda: True)
+
+
+def test_cancel_flag_stops_a_running_iterator(tiny_denoiser):
+    stop = []
+    frames = []
+    for f in run_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=16)], SamplerSettings(schedule="fixed"), should_stop=lambda: bool(stop)):
+        frames.append(f)
+        if len(frames) == 2:
+            stop.append(True)
+    assert len(frames) == 2 and not frames[-1].done
+
+
+def test_pad_and_eos_are_deleted_from_infill(tiny_denoiser):
+    spec = tiny_denoiser.spec
+    tok = tiny_denoiser.tokenizer
+    canvas = build_canvas(TEXT, [Span(4, 7, max_tokens=6)], tok, spec.mask_id, 1024, tiny_denoiser.max_len)
+
+    class PadEveryOther:
+        """Wraps the denoiser so it proposes pad, 'x', eos, ... : the span must come out as 'xxx'."""
+
+        def __init__(self, inner):
+            self.inner, self.spec, self.tokenizer, self.max_len = inner, inner.spec, inner.tokenizer, inner.max_len
+            self.device = inner.device
+
+        def logits(self, ids, positions=None, cache=None):
+            out = torch.full((*ids.shape, tok.vocab_size), -10.0)
+            x = tok.encode("x")[0]
+            for n, pos in enumerate(canvas.slots[0]):
+                out[:, pos, (spec.pad_id, x, spec.eos_id)[n % 3]] = 10.0
+            return out
+
+    from sharpen.core import engine
+
+    result = engine.apply_edit(PadEveryOther(tiny_denoiser), TEXT, [Span(4, 7, max_tokens=6)])
+    assert result.spans[0].text == "xx"
+    assert result.text == TEXT[:4] + "xx" + TEXT[7:]
+    assert result.spans[0].tokens == 2
+
+
+def test_rewrite_remasks_the_least_confident_share(tiny_denoiser):
+    tok = tiny_denoiser.tokenizer
+    span = Span(23, 31, mode="rewrite", strength=0.5)
+    canvas = build_canvas(TEXT, [span], tok, tiny_denoiser.spec.mask_id, 1024, tiny_denoiser.max_len)
+    first = next(denoise(tiny_denoiser, canvas, SamplerSettings()))
+    n = len(canvas.slots[0])
+    assert first.masked == -(-n // 2)  # ceil(strength * n) re-noised, the rest kept as the draft
+    kept = [t for t in first.spans[0].tokens if t is not None]
+    original = list(canvas.ids[canvas.slots[0].start:canvas.slots[0].stop])
+    assert all(t in original for t in kept)
+    conf = first.spans[0].confidence
+    masked_conf = [c for c, t in zip(conf, first.spans[0].tokens) if t is None]
+    kept_conf = [c for c, t in zip(conf, first.spans[0].tokens) if t is not None]
+    assert max(masked_conf) <= min(kept_conf)
+
+
+def test_crlf_documents_get_crlf_infills(tiny_denoiser):
+    text = "a = 1\r\nb = 2\r\nc = 3\r\n"
+    result = apply_edit(tiny_denoiser, text, [Span(7, 12, max_tokens=12)], SamplerSettings(temperature=2.0, seed=3))
+    body = result.spans[0].text
+    assert "\n" not in body.replace("\r\n", "")
+
+
+@pytest.mark.parametrize("policy", K.POLICIES)
+def test_reference_kernels_rank_and_select(policy):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 50, generator=g)
+    tokens = K.propose(logits, 0.0, None, None, g)
+    assert torch.equal(tokens, logits.argmax(-1))
+    ranking, p = K.score(logits, tokens, policy, g)
+    assert ranking.shape == p.shape == (5,)
+    active = torch.tensor([[True, False, True, True, False]])
+    chosen = K.select_commits(ranking[None], active, torch.tensor([2]))
+    assert chosen.sum() == 2 and not (chosen & ~active).any()
+
+
+def test_top_k_and_top_p_filter():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(K.filter_logits(logits, 2, None)[0, 2:]).all()
+    kept = ~torch.isinf(K.filter_logits(logits, None, 0.7))
+    assert kept.tolist() == [[True, True, False, False]]
