@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 from . import families
 from .denoiser import Denoiser, ModelSpec
 from .errors import ModelError
+from .families.hf import TOKENIZER_CONFIG_KEY, read_tokenizer_config
 from .model import ModelConfig, Transformer
 from .tokenizer import Tokenizer
 
@@ -87,7 +88,7 @@ def map_state_dict(family: families.Family, cfg: ModelConfig, tensors: dict[str,
     state: dict[str, torch.Tensor] = {}
     unexpected = []
     for key, tensor in tensors.items():
-        if key in name_map:
+        if key in name_map and name_map[key] in expected:
             state[name_map[key]] = tensor
         elif not any(key.endswith(skip) for skip in family.skip_keys):
             unexpected.append(key)
@@ -110,17 +111,32 @@ def default_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def load_denoiser(path: str | Path | None = None, device: str = "cpu", dtype: torch.dtype | None = None) -> Denoiser:
-    """Load a checkpoint directory (default: the embedded model) onto `device`."""
-    path = Path(path) if path is not None else embedded_model_path()
-    config = read_config(path)
+def model_config(path: Path, config: dict) -> tuple[families.Family, ModelConfig]:
+    """The family of a checkpoint and its backbone config; errors are one-line ModelErrors."""
     family = families.family_for(config)
     try:
-        cfg = family.to_config(config)
+        return family, family.to_config(config)
     except (TypeError, ValueError, KeyError) as exc:
         raise ModelError(f"config.json of {path} does not describe a {family.name} model: {exc}") from None
+
+
+def load_denoiser(
+    path: str | Path | None = None,
+    device: str = "cpu",
+    dtype: torch.dtype | None = None,
+    device_map: dict[str, str | int] | None = None,
+) -> Denoiser:
+    """Load a checkpoint directory (default: the embedded model) onto `device`.
+
+    With a `device_map` (module name -> device, see placement.py) the model is spread
+    over several devices by accelerate instead; `device` is then the main device.
+    """
+    path = Path(path) if path is not None else embedded_model_path()
+    config = read_config(path)
+    family, cfg = model_config(path, config)
     tokenizer = Tokenizer.from_file(path / "tokenizer.json")
-    ids = family.special_ids(config, tokenizer)
+    # special_ids also sees tokenizer_config.json: special-token names and the chat template live there.
+    ids = family.special_ids({**config, TOKENIZER_CONFIG_KEY: read_tokenizer_config(path)}, tokenizer)
     if ids.get("mask_id") is None:
         raise ModelError(f"the tokenizer of {path} has no mask token and config.json names none")
     spec = ModelSpec(
@@ -138,11 +154,16 @@ def load_denoiser(path: str | Path | None = None, device: str = "cpu", dtype: to
     with torch.device("meta"):
         model = Transformer(cfg)
     state = map_state_dict(family, cfg, read_tensors(weight_files(path)), model)
-    state = {k: v.to(device=torch_device, dtype=dtype) for k, v in state.items()}
-    model.load_state_dict(state, strict=not cfg.tie_embeddings, assign=True)
-    if cfg.tie_embeddings:
-        model.output.weight = model.embed.weight
-    log.info("loaded %s model from %s (%s, %s)", family.name, path, torch_device, dtype)
+    if device_map is not None:
+        from .placement import dispatch
+
+        model = dispatch(model, state, device_map, dtype, torch_device)
+    else:
+        state = {k: v.to(device=torch_device, dtype=dtype) for k, v in state.items()}
+        model.load_state_dict(state, strict=not cfg.tie_embeddings, assign=True)
+        if cfg.tie_embeddings:
+            model.output.weight = model.embed.weight
+    log.info("loaded %s model from %s (%s, %s)", family.name, path, device_map or torch_device, dtype)
     return Denoiser(model, tokenizer, spec)
 
 

@@ -64,4 +64,4 @@ def expand_weight_map(family: Family, n_layers: int) -> dict[str, str]:
 
 def _load_builtin() -> None:
     # Importing the modules registers them; kept lazy so the registry has no import cycle.
-    from . import sharpen_native  # noqa: F401
+    from . import dream, llada, open_dcoder, sharpen_native  # noqa: F401

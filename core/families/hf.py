@@ -1,0 +1,104 @@
+"""What Hugging Face checkpoints say about their special tokens, read from their own files.
+
+config.json names some ids (`mask_token_id`, `pad_token_id`, `eos_token_id`);
+tokenizer_config.json names special tokens by their text (`mask_token`, `eos_token`, ...)
+and usually carries the chat template (newer exports put it in chat_template.jinja).
+Ids are always looked up in the checkpoint's tokenizer: nothing here is a literal id.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import ModelError
+
+# loading.py passes tokenizer_config.json to `special_ids` under this key of the config dict;
+# no real config.json uses it.
+TOKENIZER_CONFIG_KEY = "tokenizer_config"
+
+
+def read_tokenizer_config(path: Path) -> dict:
+    """tokenizer_config.json of a checkpoint ({} when absent), with chat_template.jinja folded in."""
+    out: dict = {}
+    file = path / "tokenizer_config.json"
+    if file.exists():
+        try:
+            loaded = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot read {file}: {exc}") from None
+        if isinstance(loaded, dict):
+            out = loaded
+    jinja = path / "chat_template.jinja"
+    if not out.get("chat_template") and jinja.exists():
+        out["chat_template"] = jinja.read_text(encoding="utf-8")
+    return out
+
+
+def token_text(value) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string or an AddedToken dict."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+def _first_int(value) -> int | None:
+    # generation configs may list several eos ids; the first is the canonical one
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def find_id(config: dict, tokenizer, id_key: str, token_key: str, fallback_names: tuple[str, ...] = ()) -> int | None:
+    """An id from config.json, else from tokenizer_config's token text, else from known token names."""
+    value = _first_int(config.get(id_key))
+    if value is not None:
+        return value
+    tok_cfg = config.get(TOKENIZER_CONFIG_KEY) or {}
+    for name in (token_text(tok_cfg.get(token_key)), *fallback_names):
+        if name and tokenizer.token_id(name) is not None:
+            return tokenizer.token_id(name)
+    return None
+
+
+def chat_template(config: dict) -> str | None:
+    """The checkpoint's chat template, self-contained: its special-token texts bound inside.
+
+    ModelSpec carries the template as one string, so the tokens a template refers to
+    (`bos_token`, `eos_token`, ...) are bound by `set` lines in front of it.
+    """
+    tok_cfg = config.get(TOKENIZER_CONFIG_KEY) or {}
+    template = tok_cfg.get("chat_template")
+    if isinstance(template, list):  # several named templates: use the default one
+        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+    if not isinstance(template, str) or not template.strip():
+        return None
+    bindings = []
+    for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        text = token_text(tok_cfg.get(key))
+        if text is not None:
+            bindings.append("{%- set " + key + " = " + json.dumps(text) + " %}")
+    return "".join(bindings) + template
+
+
+def special_ids(config: dict, tokenizer, mask_names: tuple[str, ...], turn_end_names: tuple[str, ...] = ()) -> dict:
+    """mask/pad/eos ids and chat template for an HF-style checkpoint.
+
+    For instruct checkpoints (those with a chat template) the end-of-turn token is what
+    ends an answer, so it becomes the eos id that is deleted from finished spans; pad
+    (often the plain end-of-text token) fills the rest.
+    """
+    template = chat_template(config)
+    eos = find_id(config, tokenizer, "eos_token_id", "eos_token", ("<|endoftext|>",))
+    if template is not None:
+        turn_end = next((tokenizer.token_id(n) for n in turn_end_names if tokenizer.token_id(n) is not None), None)
+        if turn_end is not None:
+            eos = turn_end
+    pad = find_id(config, tokenizer, "pad_token_id", "pad_token")
+    if pad is None:
+        pad = _first_int(config.get("eos_token_id"))
+    return {
+        "mask_id": find_id(config, tokenizer, "mask_token_id", "mask_token", mask_names),
+        "pad_id": pad,
+        "eos_id": eos,
+        "chat_template": template,
+    }

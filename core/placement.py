@@ -1,0 +1,205 @@
+"""Models bigger than one GPU: a device plan from accelerate, then dispatch with hooks.
+
+The plan maps backbone modules (`embed`, `layers.3`, `norm`, `output`) to a GPU index,
+"cpu" (offloaded: kept in host memory, run on the main GPU) or "disk". A block is never
+split across devices. The denoiser's tensors live on the embedding's device (the main
+device); accelerate's hooks move activations between devices, and each layer's KV cache
+is allocated where that layer runs, so in-place cache writes stay in place.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+import types
+from dataclasses import dataclass
+
+import torch
+
+from .errors import ModelError, UsageError
+from .model import KVCache, ModelConfig, Transformer
+
+log = logging.getLogger(__name__)
+
+NO_SPLIT = ["Block"]  # a transformer block stays on one device
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """'20GiB', '512MB', '1000000' -> bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise UsageError(f"bad memory size {text!r} (use e.g. 20GiB, 512MB)")
+    unit = (match.group(2) or "B").lower()
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def parse_max_memory(spec: str) -> dict[int | str, int]:
+    """'0=20GiB,1=20GiB,cpu=64GiB' -> {0: ..., 1: ..., 'cpu': ...} (GPU indices, cpu, disk)."""
+    out: dict[int | str, int] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        device, sep, size = part.partition("=")
+        device = device.strip().lower().removeprefix("cuda:")
+        if not sep or not (device.isdigit() or device in ("cpu", "disk")):
+            raise UsageError(f"bad --max-memory entry {part!r} (use DEVICE=SIZE with DEVICE 0, 1, ..., cpu or disk)")
+        out[int(device) if device.isdigit() else device] = parse_size(size)
+    if not out:
+        raise UsageError("--max-memory is empty")
+    return out
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    device_map: dict[str, int | str]  # module name -> GPU index, "cpu" or "disk"
+    sizes: dict[str, int]  # module name -> bytes at the load dtype
+
+    @property
+    def main_device(self) -> torch.device:
+        gpus = [d for d in self.device_map.values() if isinstance(d, int)]
+        return torch.device(f"cuda:{min(gpus)}") if gpus else torch.device("cpu")
+
+    def execution_device(self, module: str) -> torch.device:
+        """Where a module's computation runs: its GPU, or the main device when offloaded."""
+        name = module
+        while name not in self.device_map and "." in name:
+            name = name.rsplit(".", 1)[0]
+        where = self.device_map.get(name, self.device_map.get(""))
+        return torch.device(f"cuda:{where}") if isinstance(where, int) else self.main_device
+
+    def describe(self) -> str:
+        """One line per device: which modules, how many bytes; offloaded ones say so."""
+        groups: dict[int | str, list[str]] = {}
+        for module, where in self.device_map.items():
+            groups.setdefault(where, []).append(module or "(whole model)")
+        lines = []
+        for where in sorted(groups, key=lambda d: (not isinstance(d, int), str(d))):
+            modules = groups[where]
+            size = sum(self.sizes.get(m if m != "(whole model)" else "", 0) for m in modules)
+            label = f"cuda:{where}" if isinstance(where, int) else where
+            note = " (offloaded, runs on the main GPU)" if where in ("cpu", "disk") and self.main_device.type == "cuda" else ""
+            lines.append(f"{label}: {_compact(modules)} = {human(size)}{note}")
+        return "\n".join(lines)
+
+
+def _compact(modules: list[str]) -> str:
+    """['embed', 'layers.0', 'layers.1', 'layers.2', 'norm'] -> 'embed, layers.0-2, norm'."""
+    out, run = [], []
+    for name in modules + [""]:
+        m = re.fullmatch(r"layers\.(\d+)", name)
+        if m and (not run or int(m.group(1)) == run[-1] + 1):
+            run.append(int(m.group(1)))
+            continue
+        if run:
+            out.append(f"layers.{run[0]}" + (f"-{run[-1]}" if len(run) > 1 else ""))
+            run = []
+        if m:
+            run = [int(m.group(1))]
+        elif name:
+            out.append(name)
+    return ", ".join(out)
+
+
+def available_memory(reserve: float = 0.9) -> dict[int | str, int]:
+    """Free memory per GPU (a share kept for activations) and the host's available RAM."""
+    out: dict[int | str, int] = {}
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            free, _ = torch.cuda.mem_get_info(i)
+            out[i] = int(free * reserve)
+    out["cpu"] = int(host_available_bytes() * reserve)
+    return out
+
+
+def host_available_bytes() -> int:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            info = dict(line.split(":", 1) for line in f)
+        return int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def plan(cfg: ModelConfig, dtype: torch.dtype, max_memory: dict[int | str, int] | None = None) -> DevicePlan:
+    """accelerate's `device_map="auto"` for the backbone of `cfg` under `max_memory`."""
+    from accelerate import infer_auto_device_map
+    from accelerate.utils import compute_module_sizes
+
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    max_memory = dict(max_memory) if max_memory is not None else available_memory()
+    device_map = infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=NO_SPLIT, dtype=dtype)
+    sizes = dict(compute_module_sizes(model, dtype=dtype))
+    return DevicePlan(dict(device_map), sizes)
+
+
+def fits_one_device(cfg: ModelConfig, dtype: torch.dtype, free_bytes: int, headroom: float = 1.2) -> bool:
+    """Whether the weights (plus a share for activations and caches) fit in `free_bytes`."""
+    from accelerate.utils import compute_module_sizes
+
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    return compute_module_sizes(model, dtype=dtype)[""] * headroom <= free_bytes
+
+
+def dispatch(model: Transformer, state: dict[str, torch.Tensor], device_map: dict[str, int | str], dtype: torch.dtype, main_device: torch.device) -> Transformer:
+    """Assign `state` into the meta-built `model` and spread it over `device_map`'s devices."""
+    from accelerate import dispatch_model
+
+    sizes: dict[str, int] = {}
+    placed = {}
+    for key, tensor in state.items():
+        module = _module_of(device_map, key)
+        where = device_map[module]
+        placed[key] = tensor.to(device=f"cuda:{where}" if isinstance(where, int) else "cpu", dtype=dtype)
+        sizes[module] = sizes.get(module, 0) + placed[key].nbytes
+    plan_ = DevicePlan(dict(device_map), sizes)
+    main = plan_.main_device if plan_.main_device.type == "cuda" else main_device
+    cfg = model.cfg
+    model.load_state_dict(placed, strict=not cfg.tie_embeddings, assign=True)
+    if cfg.tie_embeddings:
+        model.output.weight = model.embed.weight
+    offload_dir = tempfile.mkdtemp(prefix="sharpen-offload-") if "disk" in device_map.values() else None
+    try:
+        model = dispatch_model(model, device_map=dict(device_map), main_device=main, offload_dir=offload_dir)
+    except (RuntimeError, ValueError) as exc:
+        raise ModelError(f"cannot place the model on {sorted(set(map(str, device_map.values())))}: {str(exc).splitlines()[0]}") from None
+    # Each layer's cache lives where the layer runs: the hooks would otherwise copy it there
+    # on every call and the in-place writes of a chunked forward would be lost.
+    model.new_cache = types.MethodType(_placed_cache(plan_, main), model)
+    log.info("device plan:\n%s", plan_.describe())
+    return model
+
+
+def _module_of(device_map: dict[str, int | str], key: str) -> str:
+    """The device_map entry that holds parameter `key` ('' is the whole model)."""
+    name = key
+    while name and name not in device_map:
+        name = name.rsplit(".", 1)[0] if "." in name else ""
+    if name not in device_map:
+        raise ModelError(f"the device map places no module holding {key}")
+    return name
+
+
+def _placed_cache(plan_: DevicePlan, main: torch.device):
+    def new_cache(self: Transformer, batch: int, length: int) -> KVCache:
+        cfg, dtype = self.cfg, self.embed.weight.dtype
+        cache = KVCache(0, batch, cfg.n_kv_heads, length, cfg.head_dim, dtype, main)
+        shape = (batch, cfg.n_kv_heads, length, cfg.head_dim)  # per layer [B, Hkv, T, D]
+        for i in range(cfg.n_layers):
+            device = plan_.execution_device(f"layers.{i}")
+            cache.k.append(torch.zeros(shape, dtype=dtype, device=device))
+            cache.v.append(torch.zeros(shape, dtype=dtype, device=device))
+        return cache
+
+    return new_cache
