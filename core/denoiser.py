@@ -51,17 +51,38 @@ class Denoiser:
     def max_len(self) -> int:
         return self.model.cfg.max_seq_len
 
-    @torch.inference_mode()
-    def logits(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
-        """ids [B, S] -> logits [B, S, V] float32: row i scores the token at position i.
+    supports_cache = True  # the native backbone can run chunks against a KV cache
 
-        For shifted families the backbone's row i-1 predicts position i; row 0 keeps its own.
-        A chunk with `positions` must then start one position early; the caller drops it.
+    @torch.inference_mode()
+    def logits(
+        self,
+        x: torch.Tensor,
+        want: torch.Tensor | None = None,
+        run: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """Logits for canvas positions `want` (default all): x [B, T] -> [B, W, V] float32.
+
+        Row j scores the token at position want[j]. `run` (sorted positions) recomputes only
+        those positions against `cache` (which holds the rest of the canvas); without `run`
+        the whole canvas is computed, and written into `cache` when one is given. For
+        shifted families the backbone's row p-1 predicts position p (row 0 keeps its own),
+        so the rows before `want` are computed too. Only the wanted rows are projected to
+        the vocabulary, which is most of the cost for large vocabularies.
         """
-        logits = self.model(ids, positions, cache)  # [B, S, V]
-        if self.spec.shift_logits:
-            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
-        return logits
+        T = x.shape[1]
+        want = torch.arange(T, device=x.device) if want is None else want
+        source = (want - 1).clamp_min(0) if self.spec.shift_logits else want  # [W] rows that predict `want`
+        if run is None:
+            hidden = self.model.hidden(x, None, cache)  # [B, T, dim]
+            rows = source
+        else:
+            if cache is None:
+                raise ValueError("a partial run needs a cache holding the rest of the canvas")
+            run = torch.unique(torch.cat([run, source]))  # sorted
+            hidden = self.model.hidden(x[:, run], run, cache)  # [B, S, dim]
+            rows = torch.searchsorted(run, source)
+        return self.model.project(hidden[:, rows])  # [B, W, V]
 
     def new_cache(self, batch: int, length: int) -> KVCache:
         return self.model.new_cache(batch, length)

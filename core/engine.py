@@ -16,6 +16,7 @@ from .canvas import build_canvas, span_text
 from .denoiser import Denoiser
 from .errors import Cancelled, UsageError
 from .files import match_newlines, newline_style
+from .instruct import build_instruct_canvas, uses_chat
 from .sampler import Frame, SamplerSettings, denoise
 from .spans import Span, splice, validate_spans
 
@@ -72,7 +73,10 @@ def run_edit(
     ordered = validate_spans(text, spans)
     check_instructions(denoiser, ordered)
     tok, spec = denoiser.tokenizer, denoiser.spec
-    canvas = build_canvas(text, ordered, tok, spec.mask_id, context_tokens, denoiser.max_len)
+    if uses_chat(ordered):  # an instruction: the canvas is a chat turn (instruct.py)
+        canvas = build_instruct_canvas(text, ordered, tok, spec, context_tokens, denoiser.max_len)
+    else:
+        canvas = build_canvas(text, ordered, tok, spec.mask_id, context_tokens, denoiser.max_len)
     started = time.perf_counter()
     for frame in denoise(denoiser, canvas, settings, should_stop):
         if not frame.done:

@@ -178,8 +178,8 @@ class Transformer(nn.Module):
         cfg, w = self.cfg, self.embed.weight
         return KVCache(cfg.n_layers, batch, cfg.n_kv_heads, length, cfg.head_dim, w.dtype, w.device)
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
-        """ids [B, S] -> logits [B, S, V] (float32).
+    def hidden(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        """ids [B, S] -> final hidden states [B, S, dim], before the last norm.
 
         `positions` [S] are the absolute canvas positions of `ids` (default 0..S-1); with a
         `cache`, this chunk's keys/values are written at those positions and attention
@@ -188,12 +188,21 @@ class Transformer(nn.Module):
         B, S = ids.shape
         if positions is None:
             positions = torch.arange(S, device=ids.device)
-        if S > self.cfg.max_seq_len or (cache is not None and cache.length > self.cfg.max_seq_len):
-            raise ValueError(f"canvas of {max(S, cache.length if cache else 0)} tokens exceeds max_seq_len {self.cfg.max_seq_len}")
+        longest = max(S, cache.length if cache is not None else 0)
+        if longest > self.cfg.max_seq_len:
+            raise ValueError(f"canvas of {longest} tokens exceeds max_seq_len {self.cfg.max_seq_len}")
         cos, sin = self.rope(ids.device)
         cos, sin = cos[positions], sin[positions]  # [S, D]
         x = self.embed(ids)  # [B, S, dim]
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else (cache.k[i], cache.v[i])
             x = layer(x, cos, sin, positions, layer_cache)
-        return self.output(self.norm(x)).float()  # [B, S, V]
+        return x
+
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [B, S, dim] -> logits [B, S, V] float32."""
+        return self.output(self.norm(hidden)).float()
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        """ids [B, S] -> logits [B, S, V] (float32)."""
+        return self.project(self.hidden(ids, positions, cache))

@@ -1,26 +1,37 @@
 """The denoising loop, as an iterator of Frames.
 
-A canvas holds mask slots; each step runs the denoiser once over the whole batch, proposes
-a token for every masked slot of the current block, ranks the proposals by the policy and
-commits the best of them (a fixed quota per step, or every one above a confidence
-threshold). The loop yields a Frame after every step, so the editor can draw the text
-sharpening without copying the loop; a cancel callback is checked between steps.
+A canvas holds mask slots; each step runs the denoiser once over the batch, proposes a
+token for every masked slot of the current block, ranks the proposals by the policy and
+commits the best of them (an even quota per step, plus, with the threshold schedule,
+every proposal the model is sure enough of). A Frame is yielded after every step, so the
+editor draws the text sharpening without copying the loop; a cancel callback is checked
+between steps.
+
+Speed (Fast-dLLM's two ideas): with `cache="prefix"` or `"dual"`, the first step of each
+block runs the whole canvas and keeps every layer's keys and values; later steps of the
+block recompute only the block (dual) or the block and what follows it (prefix) against
+that cache. Only the block's rows are projected to the vocabulary. Frames keep device
+tensors and turn into Python lists only when read, so a consumer that only wants the
+result costs one host sync per step (the "block finished?" check).
 """
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Iterator
 
 import torch
 
 from ..kernels import reference as K
+from ..kernels import step as kernels
 from .canvas import Canvas
 from .denoiser import Denoiser
 
 SCHEDULES = ("fixed", "threshold")
 REWRITE_ORDERS = ("confidence", "random")
+CACHES = ("none", "prefix", "dual")
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,7 @@ class SamplerSettings:
     schedule: str = "threshold"  # fixed: an even quota per step; threshold: also every proposal above `threshold`
     threshold: float = 0.9  # Fast-dLLM's parallel-commit threshold
     block_size: int | None = None  # semi-autoregressive blocks of slots, left to right (None: one block)
+    cache: str = "dual"  # none: exact, full forward every step; prefix / dual: approximate KV cache per block
     temperature: float = 0.0  # 0: greedy proposals; > 0: Gumbel-max sampling in float64
     top_k: int | None = None
     top_p: float | None = None
@@ -37,22 +49,25 @@ class SamplerSettings:
     samples: int = 1  # alternatives denoised together as one batch
     remask_below: float | None = None  # error correction: re-mask committed tokens whose probability falls below this
     rewrite_order: str = "confidence"  # which tokens a rewrite re-noises first: least confident, or random
+    kernels: str = "auto"  # auto: triton on CUDA, reference elsewhere; or "reference" / "triton"
 
     def __post_init__(self) -> None:
-        if self.policy not in K.POLICIES:
-            raise ValueError(f"unknown policy {self.policy!r}; known: {', '.join(K.POLICIES)}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {self.schedule!r}; known: {', '.join(SCHEDULES)}")
-        if self.rewrite_order not in REWRITE_ORDERS:
-            raise ValueError(f"unknown rewrite order {self.rewrite_order!r}; known: {', '.join(REWRITE_ORDERS)}")
-        if self.steps is not None and self.steps < 1:
-            raise ValueError("steps must be at least 1")
-        if self.block_size is not None and self.block_size < 1:
-            raise ValueError("block_size must be at least 1")
-        if self.samples < 1:
-            raise ValueError("samples must be at least 1")
-        if not 0.0 < self.threshold <= 1.0:
-            raise ValueError("threshold must be in (0, 1]")
+        checks = [
+            (self.policy in K.POLICIES, f"unknown policy {self.policy!r}; known: {', '.join(K.POLICIES)}"),
+            (self.schedule in SCHEDULES, f"unknown schedule {self.schedule!r}; known: {', '.join(SCHEDULES)}"),
+            (self.cache in CACHES, f"unknown cache {self.cache!r}; known: {', '.join(CACHES)}"),
+            (self.rewrite_order in REWRITE_ORDERS, f"unknown rewrite order {self.rewrite_order!r}; known: {', '.join(REWRITE_ORDERS)}"),
+            (self.steps is None or self.steps >= 1, "steps must be at least 1"),
+            (self.block_size is None or self.block_size >= 1, "block size must be at least 1"),
+            (1 <= self.samples <= 64, "samples must be between 1 and 64"),
+            (0.0 < self.threshold <= 1.0, "threshold must be in (0, 1]"),
+            (self.temperature >= 0.0, "temperature must be at least 0"),
+            (self.top_k is None or self.top_k >= 1, "top-k must be at least 1"),
+            (self.top_p is None or 0.0 < self.top_p <= 1.0, "top-p must be in (0, 1]"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
 
 
 @dataclass(frozen=True)
@@ -66,24 +81,44 @@ class SpanState:
 class Frame:
     step: int  # 0 is the starting canvas (for rewrites: the re-noised draft)
     total_steps: int  # planned steps; threshold commits may finish earlier
-    spans: tuple[SpanState, ...]  # of the first sample
-    masked: int  # slots still masked, first sample
     elapsed: float  # seconds since the loop started
-    done: bool = False
+    done: bool
+    _ids: torch.Tensor = field(repr=False)  # [T] first sample's canvas at this step
+    _confidence: torch.Tensor = field(repr=False)  # [T]
+    _guesses: torch.Tensor = field(repr=False)  # [T]
+    _slots: tuple[range, ...] = field(repr=False)
+    _mask_id: int = field(repr=False)
     final_ids: tuple[tuple[tuple[int, ...], ...], ...] | None = None  # done only: [sample][span] slot ids
-    sample_scores: tuple[float, ...] | None = None  # done only: mean log-probability of each sample's commits
+    sample_scores: tuple[float, ...] | None = None  # done only: mean log-probability of each sample's slots
+
+    @cached_property
+    def spans(self) -> tuple[SpanState, ...]:
+        """Per span, the first sample's state (converted from device tensors on first read)."""
+        row, conf, guess = self._ids.tolist(), self._confidence.tolist(), self._guesses.tolist()
+        return tuple(
+            SpanState(
+                tokens=tuple(None if row[p] == self._mask_id else row[p] for p in r),
+                confidence=tuple(conf[p] for p in r),
+                guesses=tuple(guess[p] for p in r),
+            )
+            for r in self._slots
+        )
+
+    @cached_property
+    def masked(self) -> int:
+        return sum(t is None for s in self.spans for t in s.tokens)
 
 
-def _plan_blocks(slot_positions: torch.Tensor, block_size: int | None) -> list[torch.Tensor]:
-    if block_size is None or block_size >= len(slot_positions):
-        return [slot_positions]
-    return list(slot_positions.split(block_size))
-
-
-def _steps_for(block_len: int, total_slots: int, steps: int | None) -> int:
-    if steps is None:
-        return block_len
-    return max(1, min(block_len, math.ceil(steps * block_len / total_slots)))
+def _plan(slot_positions: torch.Tensor, settings: SamplerSettings) -> list[tuple[torch.Tensor, int]]:
+    """Blocks of slot positions, left to right, each with its step budget."""
+    n = len(slot_positions)
+    size = settings.block_size or n
+    blocks = list(slot_positions.split(size)) if n else []
+    plan = []
+    for block in blocks:
+        steps = len(block) if settings.steps is None else math.ceil(settings.steps * len(block) / n)
+        plan.append((block, max(1, min(len(block), steps))))
+    return plan
 
 
 def denoise(
@@ -97,87 +132,97 @@ def denoise(
     When `should_stop()` turns true between steps, the iterator ends without a done frame.
     """
     device, mask_id = denoiser.device, denoiser.spec.mask_id
+    impl = kernels.choose(settings.kernels, device)
+    use_cache = settings.cache != "none" and getattr(denoiser, "supports_cache", False)
     generator = torch.Generator(device=device).manual_seed(settings.seed)
     B = settings.samples
     x = torch.tensor(canvas.ids, device=device).repeat(B, 1)  # [B, T]
     T = x.shape[1]
     slot_positions = torch.tensor([p for r in canvas.slots for p in r], dtype=torch.long, device=device)  # [N]
-    is_slot = torch.zeros(T, dtype=torch.bool, device=device)
-    is_slot[slot_positions] = True
-    confidence = torch.zeros(B, T, device=device)  # [B, T] probability at commit time
-    guesses = x.clone()
+    confidence = torch.zeros(B, T, device=device)  # probability at commit (or of the guess while masked)
+    guesses = x.clone()  # [B, T]
     started = time.perf_counter()
 
     def frame(step: int, total: int, done: bool = False) -> Frame:
-        row, conf, guess = x[0].tolist(), confidence[0].tolist(), guesses[0].tolist()
-        states = tuple(
-            SpanState(
-                tokens=tuple(None if row[p] == mask_id else row[p] for p in r),
-                confidence=tuple(conf[p] for p in r),
-                guesses=tuple(guess[p] for p in r),
-            )
-            for r in canvas.slots
-        )
         final = scores = None
         if done:
             final = tuple(tuple(tuple(x[b, r.start:r.stop].tolist()) for r in canvas.slots) for b in range(B))
-            scores = tuple(confidence[:, is_slot].clamp_min(1e-9).log().mean(1).tolist())
-        masked = sum(t is None for s in states for t in s.tokens)
-        return Frame(step, total, states, masked, time.perf_counter() - started, done, final, scores)
+            scores = tuple(confidence[:, slot_positions].clamp_min(1e-9).log().mean(1).tolist()) if len(slot_positions) else (0.0,) * B
+        return Frame(step, total, time.perf_counter() - started, done, x[0].clone(), confidence[0].clone(),
+                     guesses[0].clone(), canvas.slots, mask_id, final, scores)
 
     _renoise_rewrites(denoiser, canvas, settings, x, confidence, generator)
-    blocks = _plan_blocks(slot_positions, settings.block_size)
-    plan = [_steps_for(len(b), len(slot_positions), settings.steps) for b in blocks]
-    total = sum(plan)
+    guesses = x.clone()
+    plan = _plan(slot_positions, settings)
+    total = sum(steps for _, steps in plan)
     yield frame(0, total)
 
     step = 0
-    for block, block_steps in zip(blocks, plan):
-        in_block = torch.zeros(T, dtype=torch.bool, device=device)
-        in_block[block] = True
-        generated = torch.zeros(B, T, dtype=torch.bool, device=device)  # committed by this loop, so re-maskable
-        # Error correction may undo commits; a hard cap keeps the loop finite.
-        for block_step in range(2 * block_steps if settings.remask_below else block_steps):
+    for block, block_steps in plan:
+        cache = None
+        final_step = 2 * block_steps - 1 if settings.remask_below else block_steps - 1
+        generated = torch.zeros(B, len(block), dtype=torch.bool, device=device)  # committed here, so re-maskable
+        for block_step in range(final_step + 1):
             if should_stop():
                 return
-            active = (x == mask_id) & in_block  # [B, T]
-            remaining = active.sum(1)  # [B]
-            if not bool(remaining.any()):
+            tokens = x[:, block]  # [B, P]
+            active = tokens == mask_id  # [B, P]
+            if not bool(active.any()):  # the one host sync per step
                 break
-            final_step = 2 * block_steps - 1 if settings.remask_below else block_steps - 1
-            last = block_step >= final_step
-            logits = denoiser.logits(x)  # [B, T, V]
-            flat = logits[active]  # [M, V] masked positions in this block only
-            proposal = K.propose(flat, settings.temperature, settings.top_k, settings.top_p, generator)  # [M]
-            ranking, p_token = K.score(flat, proposal, settings.policy, generator)  # [M], [M]
-            full_rank = torch.full((B, T), float("-inf"), device=device)
-            full_rank[active] = ranking.float()
-            full_p = torch.zeros(B, T, device=device)
-            full_p[active] = p_token
-            proposals = x.clone()
-            proposals[active] = proposal
+            last = block_step == final_step
+            if use_cache and block_step == 0:
+                # Refresh: the whole canvas once, keys/values kept; every slot's guess updated.
+                cache = denoiser.new_cache(B, T)
+                all_logits = denoiser.logits(x, want=slot_positions, cache=cache)  # [B, N, V]
+                _update_guesses(all_logits, x, slot_positions, guesses, confidence, mask_id)
+                logits = all_logits[:, _index_in(slot_positions, block)]  # [B, P, V]
+            elif use_cache:
+                run = block if settings.cache == "dual" else torch.arange(int(block[0]), T, device=device)
+                logits = denoiser.logits(x, want=block, run=run, cache=cache)  # [B, P, V]
+            else:
+                logits = denoiser.logits(x, want=block)  # [B, P, V]
 
+            V = logits.shape[-1]
+            proposal, p_token, ranking = kernels.propose_and_score(
+                logits.reshape(-1, V), settings.temperature, settings.top_k, settings.top_p, settings.policy, generator, impl
+            )
+            proposal, p_token, ranking = (t.view(B, -1) for t in (proposal, p_token, ranking))  # [B, P]
+            remaining = active.sum(1)  # [B]
             steps_left = max(1, block_steps - block_step)
             quota = remaining if last else (remaining + steps_left - 1) // steps_left  # [B]
             if settings.schedule == "threshold":
-                quota = torch.maximum(quota, ((full_p >= settings.threshold) & active).sum(1))
-            commit = K.select_commits(full_rank, active, quota)  # [B, T]
+                quota = torch.maximum(quota, ((p_token >= settings.threshold) & active).sum(1))
+            commit = kernels.select_commits(ranking, active, quota, impl)  # [B, P]
 
             if settings.remask_below and not last:
-                # Committed earlier, now improbable under the fuller context: send back to mask.
-                p_now = logits.softmax(-1).gather(-1, x[..., None]).squeeze(-1)  # [B, T]
+                # Committed earlier, improbable under the fuller context now: back to mask.
+                p_now = logits.softmax(-1).gather(-1, tokens[..., None]).squeeze(-1)  # [B, P]
                 weak = generated & (p_now < settings.remask_below)
-                x = torch.where(weak, torch.full_like(x, mask_id), x)
+                tokens = torch.where(weak, torch.full_like(tokens, mask_id), tokens)
                 generated &= ~weak
-            x = torch.where(commit, proposals, x)
-            confidence = torch.where(commit, full_p, confidence)
+            tokens = torch.where(commit, proposal, tokens)
             generated |= commit
-            still = (x == mask_id) & is_slot
-            guesses = torch.where(still, proposals, x)
-            confidence = torch.where(still & active, full_p, confidence)
+            still = tokens == mask_id
+            x[:, block] = tokens
+            guesses[:, block] = torch.where(still, proposal, tokens)
+            block_conf = confidence[:, block]
+            confidence[:, block] = torch.where(commit | (still & active), p_token, block_conf)
             step += 1
             yield frame(step, total)
     yield frame(step, total, done=True)
+
+
+def _index_in(sorted_positions: torch.Tensor, subset: torch.Tensor) -> torch.Tensor:
+    return torch.searchsorted(sorted_positions, subset)
+
+
+def _update_guesses(logits, x, positions, guesses, confidence, mask_id) -> None:
+    """Refresh the preview of every still-masked slot from a full pass (in place)."""
+    probs = logits.softmax(-1)  # [B, N, V]
+    p, best = probs.max(-1)  # [B, N]
+    masked = x[:, positions] == mask_id
+    guesses[:, positions] = torch.where(masked, best, x[:, positions])
+    confidence[:, positions] = torch.where(masked, p, confidence[:, positions])
 
 
 def _renoise_rewrites(denoiser: Denoiser, canvas: Canvas, settings: SamplerSettings, x: torch.Tensor, confidence: torch.Tensor, generator) -> None:
@@ -193,5 +238,5 @@ def _renoise_rewrites(denoiser: Denoiser, canvas: Canvas, settings: SamplerSetti
         confidence.fill_(1.0)
     for span, r in rewrites:
         n = max(1, math.ceil(span.strength * len(r)))
-        weakest = p_now[:, r.start:r.stop].argsort(dim=1)[:, :n] + r.start  # [B, n]
+        weakest = p_now[:, r.start:r.stop].argsort(dim=1, stable=True)[:, :n] + r.start  # [B, n]
         x.scatter_(1, weakest, denoiser.spec.mask_id)

@@ -14,6 +14,8 @@ SPANS = [Span(4, 7), Span(23, 31, mode="rewrite", strength=0.6), Span(48, 48, ma
 
 SETTINGS = [
     SamplerSettings(),
+    SamplerSettings(cache="none"),
+    SamplerSettings(cache="prefix", block_size=5, schedule="fixed", steps=6),
     SamplerSettings(schedule="fixed", steps=3, policy="margin"),
     SamplerSettings(policy="entropy", block_size=4),
     SamplerSettings(policy="random", temperature=0.8, top_k=20, top_p=0.9, samples=3),
@@ -27,7 +29,7 @@ def outside(text, spans):
     return [text[a:b] for a, b in zip(cuts[::2], cuts[1::2])]
 
 
-@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: f"{s.policy}-{s.schedule}-{s.block_size}-{s.samples}")
+@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: f"{s.policy}-{s.schedule}-{s.cache}-{s.block_size}-{s.samples}")
 def test_every_mask_is_resolved_and_only_spans_change(tiny_denoiser, settings):
     frames = list(run_edit(tiny_denoiser, TEXT, SPANS, settings))
     assert frames[-1].done and all(not f.done for f in frames[:-1])
@@ -106,12 +108,12 @@ def test_pad_and_eos_are_deleted_from_infill(tiny_denoiser):
             self.inner, self.spec, self.tokenizer, self.max_len = inner, inner.spec, inner.tokenizer, inner.max_len
             self.device = inner.device
 
-        def logits(self, ids, positions=None, cache=None):
+        def logits(self, ids, want=None, run=None, cache=None):
             out = torch.full((*ids.shape, tok.vocab_size), -10.0)
             x = tok.encode("x")[0]
             for n, pos in enumerate(canvas.slots[0]):
                 out[:, pos, (spec.pad_id, x, spec.eos_id)[n % 3]] = 10.0
-            return out
+            return out if want is None else out[:, want]
 
     from sharpen.core import engine
 
@@ -162,3 +164,29 @@ def test_top_k_and_top_p_filter():
     assert torch.isinf(K.filter_logits(logits, 2, None)[0, 2:]).all()
     kept = ~torch.isinf(K.filter_logits(logits, None, 0.7))
     assert kept.tolist() == [[True, True, False, False]]
+
+
+@pytest.mark.parametrize("shift", [False, True])
+def test_cached_chunks_match_a_full_pass_on_an_unchanged_canvas(tiny_denoiser, shift):
+    import dataclasses
+
+    from sharpen.core.denoiser import Denoiser
+
+    den = Denoiser(tiny_denoiser.model, tiny_denoiser.tokenizer, dataclasses.replace(tiny_denoiser.spec, shift_logits=shift))
+    x = torch.randint(3, 300, (2, 24))
+    full = den.logits(x)  # [2, 24, V]
+    cache = den.new_cache(2, 24)
+    den.logits(x, cache=cache)
+    for want in (torch.tensor([0, 1, 2]), torch.tensor([5, 6, 7, 15, 16]), torch.arange(10, 24)):
+        torch.testing.assert_close(den.logits(x, want=want, run=want, cache=cache), full[:, want], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(den.logits(x, want=want), full[:, want])
+    if shift:
+        torch.testing.assert_close(full[:, 1:], den.model(x)[:, :-1])
+
+
+def test_one_block_single_step_is_identical_with_and_without_cache(tiny_denoiser):
+    # The first step of a block runs the whole canvas either way: results must agree exactly.
+    spans = [Span(4, 7, max_tokens=8), Span(48, 48, max_tokens=4)]
+    a = apply_edit(tiny_denoiser, TEXT, spans, SamplerSettings(cache="none", steps=1, schedule="fixed"))
+    b = apply_edit(tiny_denoiser, TEXT, spans, SamplerSettings(cache="dual", steps=1, schedule="fixed"))
+    assert a.text == b.text

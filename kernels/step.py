@@ -1,0 +1,62 @@
+"""The per-step sampling math behind one interface, with the implementation chosen explicitly.
+
+`propose_and_score` turns the logits of the masked positions of a block into proposals,
+their probabilities and the policy's ranking. "reference" is plain torch (any device);
+"triton" fuses softmax statistics, argmax / Gumbel-max, margin and entropy into one pass
+over the vocabulary (CUDA, or the CPU under TRITON_INTERPRET=1 for tests).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import reference as R
+
+IMPLEMENTATIONS = ("reference", "triton")
+
+
+def choose(implementation: str, device: torch.device) -> str:
+    """'auto' means triton on CUDA and the reference elsewhere; anything else is taken as asked."""
+    if implementation == "auto":
+        return "triton" if device.type == "cuda" else "reference"
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"unknown kernel implementation {implementation!r}; known: auto, {', '.join(IMPLEMENTATIONS)}")
+    return implementation
+
+
+def propose_and_score(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    policy: str,
+    generator: torch.Generator,
+    implementation: str = "reference",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """logits [M, V] -> (tokens [M] long, p_token [M] float32, ranking [M] float32)."""
+    filtered = top_k is not None or top_p is not None
+    if implementation == "triton" and not filtered:
+        from . import triton_step
+
+        noise = R.gumbel_noise(logits.shape, generator, logits.device) if temperature > 0 else None
+        tokens, p_token, margin, neg_entropy = triton_step.fused_confidence(logits, noise, temperature)
+        if policy == "confidence":
+            ranking = p_token
+        elif policy == "margin":
+            ranking = margin
+        elif policy == "entropy":
+            ranking = neg_entropy
+        else:
+            ranking = R.score(logits, tokens, policy, generator)[0]
+        return tokens, p_token, ranking.float()
+    tokens = R.propose(logits, temperature, top_k, top_p, generator)
+    ranking, p_token = R.score(logits, tokens, policy, generator)
+    return tokens, p_token, ranking.float()
+
+
+def select_commits(ranking: torch.Tensor, active: torch.Tensor, quota: torch.Tensor, implementation: str = "reference") -> torch.Tensor:
+    """Per row, the quota[b] active positions ranked highest (ties: lower position first). [B, P] -> [B, P] bool."""
+    if implementation == "triton":
+        from . import triton_step
+
+        return triton_step.select_commits(ranking, active, quota)
+    return R.select_commits(ranking, active, quota)
