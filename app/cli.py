@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--schedule", default="threshold", choices=("fixed", "threshold"), help="fixed quota per step, or also every token above --threshold")
     model.add_argument("--threshold", type=float, default=0.9, metavar="P", help="confidence for parallel commits (default 0.9)")
     model.add_argument("--block-size", type=int, metavar="N", help="semi-autoregressive blocks of N slots")
+    model.add_argument("--cache", default="dual", choices=("none", "prefix", "dual"), help="KV cache per block: none is exact; dual (default) is fastest")
+    model.add_argument("--kernels", default="auto", choices=("auto", "reference", "triton"), help="step kernels: auto is triton on CUDA")
     model.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 is greedy (default)")
     model.add_argument("--top-k", type=int, metavar="K")
     model.add_argument("--top-p", type=float, metavar="P")
