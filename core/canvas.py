@@ -32,6 +32,8 @@ class Canvas:
     spans: tuple[Span, ...]  # sorted, validated
     window: tuple[int, int]  # character range of the text the canvas covers
     mask_id: int
+    rows: tuple[tuple[int, ...], ...] | None = None  # optional per-row starting canvases of the same length
+    # (candidate lengths: a row's extra slots start as pad), denoised together as one batch
 
     @property
     def length(self) -> int:

@@ -135,8 +135,11 @@ def denoise(
     impl = kernels.choose(settings.kernels, device)
     use_cache = settings.cache != "none" and getattr(denoiser, "supports_cache", False)
     generator = torch.Generator(device=device).manual_seed(settings.seed)
-    B = settings.samples
-    x = torch.tensor(canvas.ids, device=device).repeat(B, 1)  # [B, T]
+    if canvas.rows:  # candidates: each row its own start, each sampled `samples` times
+        x = torch.tensor(canvas.rows, device=device).repeat_interleave(settings.samples, dim=0)  # [B, T]
+    else:
+        x = torch.tensor(canvas.ids, device=device).repeat(settings.samples, 1)  # [B, T]
+    B = x.shape[0]
     T = x.shape[1]
     slot_positions = torch.tensor([p for r in canvas.slots for p in r], dtype=torch.long, device=device)  # [N]
     confidence = torch.zeros(B, T, device=device)  # probability at commit (or of the guess while masked)
@@ -147,11 +150,14 @@ def denoise(
         final = scores = None
         if done:
             final = tuple(tuple(tuple(x[b, r.start:r.stop].tolist()) for r in canvas.slots) for b in range(B))
-            scores = tuple(confidence[:, slot_positions].clamp_min(1e-9).log().mean(1).tolist()) if len(slot_positions) else (0.0,) * B
+            # Mean log-probability of what this run wrote (kept draft tokens and pre-filled pads excluded).
+            logp = torch.where(denoised, confidence.clamp_min(1e-9).log(), torch.zeros_like(confidence))
+            scores = tuple((logp.sum(1) / denoised.sum(1).clamp_min(1)).tolist())
         return Frame(step, total, time.perf_counter() - started, done, x[0].clone(), confidence[0].clone(),
                      guesses[0].clone(), canvas.slots, mask_id, final, scores)
 
     _renoise_rewrites(denoiser, canvas, settings, x, confidence, generator)
+    denoised = x == mask_id  # [B, T] the positions this run fills
     guesses = x.clone()
     plan = _plan(slot_positions, settings)
     total = sum(steps for _, steps in plan)

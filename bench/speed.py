@@ -1,0 +1,199 @@
+"""Speed and quality of denoising: the naive loop, sharpen's default, and autoregression.
+
+    python bench/speed.py                      # embedded model, CPU, HumanEval multi-line spans
+    python bench/speed.py --device cuda --shapes llada-8b,qwen2-0.5b   # random weights, GPU
+
+Rows: model, span length, method (policy / schedule / cache), tokens/s, steps, wall time,
+and quality on a held-out infill set (HumanEval-Infilling multi-line middles, never in the
+training corpus): token accuracy and exact match at the oracle length. All rows of one
+run are on the same machine, items and span lengths.
+
+Methods:
+  naive      LLaDA's reference loop: full forward every step, full-vocabulary logits for
+             every position, one token committed per step (lowest step count = span length).
+  default    sharpen's default: dual KV cache per block + confidence-threshold commits.
+  exact      sharpen with no cache and one token per step (what the cache and threshold buy).
+  ar         a causal transformer of the same dimensions (transformers' LlamaForCausalLM,
+             random weights: speed only) decoding the same number of tokens with its KV cache.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "humaneval-infilling" / "HumanEval-MultiLineInfilling.jsonl.gz"
+
+
+@dataclass
+class Item:
+    prefix: str
+    middle: str
+    suffix: str
+
+
+def load_items(path: Path, tokenizer, lo: int, hi: int, limit: int) -> list[Item]:
+    """Deterministic held-out items whose middle has between lo and hi tokens."""
+    items = []
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            row = json.loads(line)
+            n = len(tokenizer.encode(row["canonical_solution"]))
+            if lo < n <= hi:
+                items.append(Item(row["prompt"], row["canonical_solution"], row["suffix"]))
+    items.sort(key=lambda it: (len(it.middle), it.middle))
+    step = max(1, len(items) // limit) if limit else 1
+    return items[::step][:limit] if limit else items
+
+
+def naive_loop(denoiser, ids: torch.Tensor, slots: range) -> tuple[torch.Tensor, int]:
+    """LLaDA's generate(): every step a full forward over the canvas and all its logits."""
+    x = ids.clone()[None]  # [1, T]
+    mask_id = denoiser.spec.mask_id
+    steps = 0
+    while bool((x[0, slots.start:slots.stop] == mask_id).any()):
+        logits = denoiser.model(x)  # [1, T, V], every position projected
+        if denoiser.spec.shift_logits:
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+        p = logits.softmax(-1)
+        conf, pred = p.max(-1)  # [1, T]
+        masked = x == mask_id
+        conf = torch.where(masked, conf, torch.tensor(-1.0))
+        pos = int(conf[0].argmax())
+        x[0, pos] = pred[0, pos]
+        steps += 1
+    return x[0, slots.start:slots.stop], steps
+
+
+def run_method(method: str, denoiser, items: list[Item], context: int, settings_cls, engine, canvas_mod) -> dict:
+    tok, spec = denoiser.tokenizer, denoiser.spec
+    tokens = steps = correct = total_pos = exact = 0
+    started = time.perf_counter()
+    for item in items:
+        text = item.prefix + item.middle + item.suffix
+        target = tok.encode(item.middle)
+        span = engine.Span(len(item.prefix), len(item.prefix) + len(item.middle), max_tokens=len(target))
+        if method == "naive":
+            canvas = canvas_mod.build_canvas(text, [span], tok, spec.mask_id, context, denoiser.max_len)
+            with torch.inference_mode():
+                out, n = naive_loop(denoiser, torch.tensor(canvas.ids, device=denoiser.device), canvas.slots[0])
+            out = out.tolist()
+        else:
+            settings = {
+                "default": settings_cls(),
+                "exact": settings_cls(cache="none", schedule="fixed"),
+            }[method]
+            frames = list(engine.run_edit(denoiser, text, [span], settings, context_tokens=context))
+            out = list(frames[-1].frame.final_ids[0][0])
+            n = frames[-1].result.steps
+        steps += n
+        tokens += len(target)
+        correct += sum(a == b for a, b in zip(out, target))
+        total_pos += len(target)
+        kept = [t for t in out if t not in (*spec.end_ids, spec.mask_id)]
+        exact += tok.decode(kept).strip() == item.middle.strip()
+    wall = time.perf_counter() - started
+    return {"tokens": tokens, "steps": steps, "wall": wall, "acc": correct / max(total_pos, 1), "em": exact / max(len(items), 1)}
+
+
+def run_ar(denoiser, items: list[Item], context: int) -> dict:
+    """Same-size causal LM with KV cache through transformers' generate (random weights: speed only)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = denoiser.model.cfg
+    config = LlamaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.ffn_hidden, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads, max_position_embeddings=cfg.max_seq_len,
+        rope_theta=cfg.rope_theta, tie_word_embeddings=cfg.tie_embeddings, pad_token_id=0, eos_token_id=None, bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(denoiser.device, denoiser.model.embed.weight.dtype).eval()
+    tok = denoiser.tokenizer
+    tokens = steps = 0
+    started = time.perf_counter()
+    for item in items:
+        n = len(tok.encode(item.middle))
+        prompt = tok.encode(item.prefix)[-(context // 2):] or [0]
+        ids = torch.tensor([prompt], device=denoiser.device)
+        with torch.inference_mode():
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True)
+        tokens += n
+        steps += n
+    return {"tokens": tokens, "steps": steps, "wall": time.perf_counter() - started, "acc": None, "em": None}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="checkpoint dir (default: the embedded model)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--lengths", default="32,64,128", help="span-length buckets (upper bounds, tokens)")
+    parser.add_argument("--limit", type=int, default=12, help="items per bucket")
+    parser.add_argument("--context", type=int, default=512, help="context tokens around the span")
+    parser.add_argument("--methods", default="naive,exact,default,ar")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from sharpen.core import canvas as canvas_mod
+    from sharpen.core import engine
+    from sharpen.core.loading import load_denoiser
+    from sharpen.core.sampler import SamplerSettings
+    from sharpen.core.spans import Span
+
+    engine.Span = Span
+    denoiser = load_denoiser(args.model, device=args.device)
+    name = denoiser.spec.name
+    cfg = denoiser.model.cfg
+    params = sum(p.numel() for p in denoiser.model.parameters()) / 1e6
+    print(f"# {name}: {params:.1f}M params, dim {cfg.dim}, {cfg.n_layers} layers, vocab {cfg.vocab_size}, {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"# held-out set: {args.data.name}, oracle span length, context {args.context} tokens\n")
+    header = "| model | span len | method | policy / schedule / cache | tokens/s | steps | wall s | token acc | exact match |"
+    print(header)
+    print("|" + "---|" * header.count("|")[:-1] if False else "|---|---|---|---|---|---|---|---|---|")
+    describe = {
+        "naive": "confidence / 1 per step / none (full logits)",
+        "exact": "confidence / 1 per step / none",
+        "default": "confidence / threshold 0.9 / dual",
+        "ar": "causal LM, greedy, KV cache",
+    }
+    lo = 0
+    summary = {}
+    for hi in (int(v) for v in args.lengths.split(",")):
+        items = load_items(args.data, denoiser.tokenizer, lo, hi, args.limit)
+        lo = hi
+        if not items:
+            continue
+        context = min(args.context, denoiser.max_len - hi)
+        mean_len = statistics.mean(len(denoiser.tokenizer.encode(it.middle)) for it in items)
+        for method in args.methods.split(","):
+            if method == "ar":
+                row = run_ar(denoiser, items, context)
+            else:
+                row = run_method(method, denoiser, items, context, SamplerSettings, engine, canvas_mod)
+            rate = row["tokens"] / row["wall"]
+            summary[(hi, method)] = rate, row["em"]
+            acc = "n/a" if row["acc"] is None else f"{100 * row['acc']:.1f}%"
+            em = "n/a" if row["em"] is None else f"{100 * row['em']:.1f}%"
+            print(f"| {name} | {mean_len:.0f} (<= {hi}, n={len(items)}) | {method} | {describe[method]} | {rate:.1f} | {row['steps']} | {row['wall']:.2f} | {acc} | {em} |")
+            sys.stdout.flush()
+    print()
+    for hi in (int(v) for v in args.lengths.split(",")):
+        if (hi, "default") in summary:
+            d = summary[(hi, "default")][0]
+            ratios = [f"vs {m}: {d / summary[(hi, m)][0]:.1f}x" for m in ("naive", "ar") if (hi, m) in summary]
+            print(f"# span <= {hi}: default {d:.1f} tok/s, " + ", ".join(ratios))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
