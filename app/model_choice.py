@@ -1,7 +1,23 @@
-"""Which model to load, from --model / --device / config, with clear errors."""
+"""Which model to load, from --model / --device / --dtype / config, with clear errors.
+
+`--model` is a checkpoint directory or a Hugging Face hub id resolved from the local
+cache only: nothing is downloaded here (that is `sharpen download REPO_ID`). Native
+families load into the core backbone; anything else needs --trust-remote-code. A model
+bigger than the GPU, or any model with --device-map auto / --max-memory, is placed by
+accelerate and the plan is printed on stderr.
+"""
 from __future__ import annotations
 
+import re
+import sys
 from argparse import Namespace
+from dataclasses import replace
+from pathlib import Path
+
+from ..core.errors import ModelError, UsageError
+
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 def resolve_device(requested: str | None) -> str:
@@ -12,12 +28,112 @@ def resolve_device(requested: str | None) -> str:
     return requested
 
 
+def resolve_dtype(name: str | None, device: str):
+    """--dtype: bf16 on GPUs and float32 on CPU unless the user says otherwise."""
+    import torch
+
+    if name in (None, "auto"):
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if name not in DTYPES:
+        raise UsageError(f"unknown --dtype {name!r}; known: auto, {', '.join(sorted(set(DTYPES.values())))}")
+    return getattr(torch, DTYPES[name])
+
+
+def resolve_model_path(model: str | None, cache_dir: str | Path | None = None) -> tuple[Path | None, str | None]:
+    """(checkpoint directory, hub id or None); None for the embedded model. Never downloads."""
+    if model is None:
+        return None, None
+    path = Path(model).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelError(f"--model {model} is a file; give the checkpoint directory")
+        return path, None
+    if not _HUB_ID.match(model) or model.startswith(("./", "../")):
+        raise ModelError(f"model directory not found: {model}")
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError:
+        raise ModelError(f"model directory not found: {model} (huggingface_hub is not installed to look in the cache)") from None
+    try:
+        return Path(snapshot_download(model, local_files_only=True, cache_dir=cache_dir)), model
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        raise ModelError(
+            f"model {model!r} is neither a directory nor in the local Hugging Face cache; "
+            f"download it with: sharpen download {model}"
+        ) from None
+
+
+def _stderr(args: Namespace, text: str) -> None:
+    if not getattr(args, "quiet", False):
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+
+
+def placement_for(args: Namespace, cfg, dtype, device: str):
+    """A DevicePlan when the model must (or was asked to) span devices, else None."""
+    import torch
+
+    from ..core import placement
+
+    spec = getattr(args, "max_memory", None)
+    max_memory = placement.parse_max_memory(spec) if spec else None
+    asked = getattr(args, "device_map", None) == "auto" or max_memory is not None
+    if not asked:
+        if getattr(args, "device", "auto") not in (None, "auto") or not device.startswith("cuda"):
+            return None
+        free, _ = torch.cuda.mem_get_info(0)
+        if placement.fits_one_device(cfg, dtype, free):
+            return None
+    return placement.plan(cfg, dtype, max_memory)
+
+
 def load_model(args: Namespace):
-    from ..core.errors import ModelError
-    from ..core.loading import load_denoiser
+    """The denoiser the arguments ask for (a Denoiser, or a RemoteDenoiser on opt-in)."""
+    from ..core import families
+    from ..core.loading import embedded_model_path, load_denoiser, model_config, read_config
 
     device = resolve_device(getattr(args, "device", None))
+    path, repo_id = resolve_model_path(getattr(args, "model", None))
+    config = read_config(path or embedded_model_path())
     try:
-        return load_denoiser(args.model, device=device)
+        families.family_for(config)
+        native = True
+    except ModelError as exc:
+        if not getattr(args, "trust_remote_code", False):
+            hint = "; it ships its own modeling code: pass --trust-remote-code if you trust it" if config.get("auto_map") else ""
+            raise ModelError(f"{exc}{hint}") from None
+        native = False
+    dtype = resolve_dtype(getattr(args, "dtype", None), device)
+    try:
+        if native:
+            _, cfg = model_config(path or embedded_model_path(), config)
+            plan = placement_for(args, cfg, dtype, device)
+            if plan is not None:
+                _stderr(args, "sharpen: device plan (accelerate):\n" + "".join(f"  {line}\n" for line in plan.describe().splitlines()))
+                dtype = resolve_dtype(getattr(args, "dtype", None), str(plan.main_device))
+            denoiser = load_denoiser(path, device=device, dtype=dtype, device_map=plan.device_map if plan else None)
+        else:
+            denoiser = _load_remote(args, path, device, dtype)
     except (RuntimeError, ValueError) as exc:  # torch's device errors, e.g. CUDA unavailable
         raise ModelError(f"cannot load the model on {device}: {str(exc).splitlines()[0]}") from None
+    if repo_id:
+        denoiser.spec = replace(denoiser.spec, name=repo_id)
+    return denoiser
+
+
+def _load_remote(args: Namespace, path: Path, device: str, dtype):
+    from ..core import placement
+    from ..core.remote import load_remote
+
+    spec = getattr(args, "max_memory", None)
+    device_map = "auto" if getattr(args, "device_map", None) == "auto" or spec else None
+    return load_remote(
+        path,
+        trust_remote_code=True,
+        device=device,
+        dtype=dtype,
+        mask_id=getattr(args, "mask_id", None),
+        shift_logits=getattr(args, "shift_logits", None),
+        device_map=device_map,
+        max_memory=placement.parse_max_memory(spec) if spec else None,
+    )

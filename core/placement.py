@@ -164,19 +164,26 @@ def dispatch(model: Transformer, state: dict[str, torch.Tensor], device_map: dic
         placed[key] = tensor.to(device=f"cuda:{where}" if isinstance(where, int) else "cpu", dtype=dtype)
         sizes[module] = sizes.get(module, 0) + placed[key].nbytes
     plan_ = DevicePlan(dict(device_map), sizes)
-    main = plan_.main_device if plan_.main_device.type == "cuda" else main_device
+    # accelerate compares the main device with the string "cpu" to decide what is offloaded
+    main = plan_.main_device if plan_.main_device.type == "cuda" else torch.device(main_device)
+    main_arg = "cpu" if main.type == "cpu" else main
     cfg = model.cfg
     model.load_state_dict(placed, strict=not cfg.tie_embeddings, assign=True)
     if cfg.tie_embeddings:
         model.output.weight = model.embed.weight
     offload_dir = tempfile.mkdtemp(prefix="sharpen-offload-") if "disk" in device_map.values() else None
     try:
-        model = dispatch_model(model, device_map=dict(device_map), main_device=main, offload_dir=offload_dir)
+        model = dispatch_model(model, device_map=dict(device_map), main_device=main_arg, offload_dir=offload_dir)
     except (RuntimeError, ValueError) as exc:
         raise ModelError(f"cannot place the model on {sorted(set(map(str, device_map.values())))}: {str(exc).splitlines()[0]}") from None
     # Each layer's cache lives where the layer runs: the hooks would otherwise copy it there
     # on every call and the in-place writes of a chunked forward would be lost.
     model.new_cache = types.MethodType(_placed_cache(plan_, main), model)
+    # The denoiser may call `hidden` / `project` rather than forward (which accelerate's
+    # top-level hook covers): their results come back to the main device too.
+    for method in ("hidden", "project"):
+        if hasattr(model, method):
+            setattr(model, method, _returning_on(getattr(model, method), main))
     log.info("device plan:\n%s", plan_.describe())
     return model
 
@@ -203,3 +210,10 @@ def _placed_cache(plan_: DevicePlan, main: torch.device):
         return cache
 
     return new_cache
+
+
+def _returning_on(fn, device: torch.device):
+    def call(*args, **kwargs):
+        return fn(*args, **kwargs).to(device)
+
+    return call

@@ -1,0 +1,182 @@
+"""`sharpen models`, `sharpen doctor`, `sharpen download`: what is here, what works, fetch more.
+
+models:   the usable checkpoints found locally (embedded, Hugging Face cache, dirs given),
+          with family, parameters, stored dtype, size and place; the unusable ones with why.
+doctor:   torch, CUDA and GPUs, free memory, the model that would load, what is missing.
+download: the one command that touches the network (huggingface_hub, with progress).
+Results go to stdout; errors are SharpenErrors that cli.py prints as one line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from ..core.errors import ModelError, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def run_command(name: str, argv: list[str]) -> int:
+    return {"models": models, "doctor": doctor, "download": download}[name](argv)
+
+
+# -- models -------------------------------------------------------------------------------
+
+
+def models(argv: list[str]) -> int:
+    parser = _Parser(prog="sharpen models", description="List the checkpoints found locally and whether they load.")
+    parser.add_argument("dirs", nargs="*", metavar="DIR", help="checkpoint directories, or folders holding them")
+    parser.add_argument("--json", action="store_true", help="one JSON list on stdout")
+    parser.add_argument("--all", action="store_true", help="also list the checkpoints that cannot load, with why")
+    args = parser.parse_args(argv)
+    from ..core.catalog import find_checkpoints
+
+    found = find_checkpoints([Path(d) for d in args.dirs])
+    if args.json:
+        sys.stdout.write(json.dumps([c.to_dict() for c in found], indent=2) + "\n")
+        return 0
+    usable = [c for c in found if c.usable]
+    sys.stdout.write(format_table(usable) if usable else "no usable checkpoints found\n")
+    broken = [c for c in found if not c.usable]
+    if broken and args.all:
+        sys.stdout.write("\nnot usable:\n" + "".join(f"  {c.path}: {c.problem}\n" for c in broken))
+    elif broken:
+        sys.stdout.write(f"\n{len(broken)} more found that cannot load (sharpen models --all says why)\n")
+    return 0
+
+
+def format_table(infos) -> str:
+    from ..core.catalog import human_count
+    from ..core.placement import human
+
+    rows = [("NAME", "FAMILY", "PARAMS", "DTYPE", "SIZE", "WHERE")]
+    for c in infos:
+        family = (c.family or "?") + (" (instruct)" if c.instruct else "")
+        where = f"{c.source}: {c.path}" + (f"  [{c.note}]" if c.note else "")
+        rows.append((c.name, family, human_count(c.params), c.dtype, human(c.size_bytes), where))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[5] + "\n" for r in rows)
+
+
+# -- doctor -------------------------------------------------------------------------------
+
+
+def doctor(argv: list[str]) -> int:
+    parser = _Parser(prog="sharpen doctor", description="What sharpen can use here, and what is missing.")
+    parser.add_argument("--model", metavar="M", help="checkpoint directory or cached hub id (default: the embedded model)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default auto)")
+    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    parser.add_argument("--trust-remote-code", action="store_true", help="count models with their own code as loadable")
+    args = parser.parse_args(argv)
+    out, missing = [], []
+    say = out.append
+
+    say(f"sharpen {_version('sharpen')} on Python {platform.python_version()} ({platform.system()} {platform.machine()})")
+    import torch
+
+    from ..core.placement import available_memory, host_available_bytes, human
+
+    cuda = torch.cuda.is_available()
+    say(f"torch {torch.__version__}, CUDA {'available (' + str(torch.version.cuda) + ')' if cuda else 'not available'}")
+    if cuda:
+        for i in range(torch.cuda.device_count()):
+            free, total = torch.cuda.mem_get_info(i)
+            say(f"  GPU {i}: {torch.cuda.get_device_name(i)}, {human(free)} free of {human(total)}")
+    else:
+        missing.append("no CUDA GPU: models run on the CPU in float32 (fine for the embedded model, slow for 7-8B ones)")
+    say(f"host memory: {human(host_available_bytes())} available")
+    for package in ("transformers", "accelerate", "safetensors", "tokenizers", "huggingface_hub", "textual"):
+        version = _version(package)
+        say(f"  {package} {version or 'MISSING'}")
+        if version is None:
+            missing.append(f"python package {package} is not installed")
+    from huggingface_hub import constants
+
+    from ..core.catalog import hf_cache_checkpoints, inspect_checkpoint
+
+    cached = hf_cache_checkpoints()
+    say(f"Hugging Face cache: {constants.HF_HUB_CACHE} ({len(cached)} models with a config.json)")
+
+    from .model_choice import resolve_device, resolve_dtype, resolve_model_path
+    from ..core.loading import embedded_model_path
+
+    ok = True
+    try:
+        path, repo_id = resolve_model_path(args.model)
+        info = inspect_checkpoint(path or embedded_model_path(), repo_id or (None if path else "embedded"),
+                                  "hf-cache" if repo_id else ("dir" if path else "embedded"))
+    except ModelError as exc:
+        info, ok = None, False
+        say(f"model: {args.model}: {exc}")
+        missing.append(str(exc))
+    if info is not None:
+        device = resolve_device(args.device)
+        dtype = resolve_dtype(args.dtype, device)
+        say(f"model: {info.name} ({info.path})")
+        if info.problem:
+            ok = False
+            say(f"  cannot load: {info.problem}")
+            missing.append(f"the model cannot load: {info.problem}")
+        else:
+            kind = f"family {info.family}" + (", instruct (chat template)" if info.instruct else "")
+            say(f"  {kind}, {info.params:,} parameters, stored as {info.dtype}, {human(info.size_bytes)}")
+            need = info.params * torch.tensor([], dtype=dtype).element_size()
+            room = sum(v for k, v in available_memory(1.0).items() if k != "cpu") if device.startswith("cuda") else host_available_bytes()
+            where = "the GPUs" if device.startswith("cuda") else "host memory"
+            say(f"  would load on {device} as {str(dtype).removeprefix('torch.')}: {human(need)} of weights, {human(room)} free in {where}")
+            if need > room and device.startswith("cuda"):
+                say("  bigger than the GPUs: accelerate would offload the rest to CPU memory (slower)")
+            elif need > room:
+                ok = False
+                missing.append(f"not enough memory for the model: {human(need)} needed, {human(room)} available")
+            if info.note and not args.trust_remote_code:
+                ok = False
+                missing.append(f"the model {info.note}")
+    say("missing:" if missing else "nothing missing")
+    out.extend(f"  - {m}" for m in missing)
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0 if ok else ModelError.exit_code
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+# -- download -----------------------------------------------------------------------------
+
+# What sharpen reads from a checkpoint: config, weights, tokenizer files, chat template,
+# and the modeling code that --trust-remote-code may run.
+ALLOW = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.py", "*.md"]
+
+
+def download(argv: list[str]) -> int:
+    parser = _Parser(prog="sharpen download", description="Download a checkpoint from the Hugging Face hub into the local cache.")
+    parser.add_argument("repo_id", metavar="REPO_ID", help="e.g. GSAI-ML/LLaDA-8B-Instruct")
+    parser.add_argument("--revision", help="branch, tag or commit (default main)")
+    parser.add_argument("--cache-dir", help="cache directory (default: the Hugging Face cache)")
+    args = parser.parse_args(argv)
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+    except ImportError:
+        raise ModelError("huggingface_hub is not installed; pip install huggingface_hub") from None
+    sys.stderr.write(f"sharpen: downloading {args.repo_id} (safetensors, config, tokenizer files)\n")
+    try:
+        # huggingface_hub draws its progress bars on stderr; stdout gets only the path
+        path = snapshot_download(args.repo_id, revision=args.revision, cache_dir=args.cache_dir, allow_patterns=ALLOW)
+    except RepositoryNotFoundError:
+        raise ModelError(f"no model {args.repo_id!r} on the hub (or it is gated and you are not logged in)") from None
+    except (HfHubHTTPError, OSError, ValueError) as exc:
+        raise ModelError(f"cannot download {args.repo_id}: {str(exc).splitlines()[0]}") from None
+    sys.stdout.write(f"{path}\n")
+    return 0
