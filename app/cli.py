@@ -6,6 +6,7 @@ the engine and textual load when they are needed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 EXIT_CODES = """exit codes:
@@ -77,8 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Line breaks and other control characters (say, in a hostile file name) are escaped so
+# that an error is always exactly one line on stderr.
+_ONE_LINE = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, 0x85]} | {0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
 def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"sharpen: {message}\n")
+    sys.stderr.write(f"sharpen: {message.translate(_ONE_LINE)}\n")
     return code
 
 
@@ -126,11 +132,22 @@ def _main(argv: list[str]) -> int:
     except SharpenError as exc:
         return _fail(str(exc), exc.exit_code)
     except MemoryError:
-        return _fail("out of memory; try a smaller --context-tokens, fewer --samples, or --device cpu", 4)
+        return _fail(f"out of memory; try {_smaller(args)}", 4)
     except Exception as exc:  # torch raises its OOM as a RuntimeError subclass
         if type(exc).__name__ == "OutOfMemoryError":
-            return _fail("out of GPU memory; try --device cpu, a smaller --context-tokens, or fewer --samples", 4)
-        raise
+            return _fail(f"out of GPU memory; try {_smaller(args)}, or --device cpu", 4)
+        if args.apply_edit is None or os.environ.get("SHARPEN_DEBUG"):
+            raise
+        # Headless callers get the documented contract even for a bug: one line, exit 4.
+        return _fail(f"internal error: {type(exc).__name__}: {exc} (SHARPEN_DEBUG=1 shows the traceback)", 4)
+
+
+def _smaller(args: argparse.Namespace) -> str:
+    """The settings that shrink a run's memory, from the ones it used."""
+    hints = [f"--context-tokens {max(64, args.context_tokens // 2)}"]
+    if args.samples > 1:
+        hints.append("--samples 1")
+    return ", ".join(hints)
 
 
 def _open_editor(args: argparse.Namespace) -> int:

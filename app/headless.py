@@ -2,28 +2,45 @@
 
 stdout carries only the result (new text, a unified diff, or JSON); progress and errors
 go to stderr. The input file is written only with --in-place, only after the whole edit
-succeeded, and atomically. Imports no textual; torch is imported only once the input and
-the SPEC have been checked, so bad input fails fast.
+succeeded, only if it did not change on disk meanwhile, and atomically, with SIGINT and
+SIGTERM held around the rename: exit 0 means the new text is on disk, 130 that the file
+is byte for byte what it was. Imports no textual; torch is imported only once the input,
+the SPEC and the options have been checked, so bad input fails fast.
 """
 from __future__ import annotations
 
 import difflib
 import json
+import math
 import signal
 import sys
+import threading
 import time
 from argparse import Namespace
-from pathlib import Path
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
-from ..core.errors import UsageError
-from ..core.files import TextFile, atomic_write, decode_bytes, read_text_file
+from ..core.errors import Cancelled, InputError, UsageError
+from ..core.files import MAX_FILE_BYTES, TextFile, check_writable, decode_bytes, read_text_file, save_text_file
 from ..core.spans import Span, validate_spans
 from .specs import LineIndex, format_range, parse_edit_list, parse_spec
+
+MAX_EDIT_LIST_BYTES = 16 * 2**20
+MAX_SAMPLES = 64  # alternatives are one batch: more would only run out of memory
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _read_limited(stream, limit: int, name: str) -> bytes:
+    # Bounded, so `@/dev/zero` or an endless pipe ends in a message, not in swap.
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{name}: too large (more than {limit // 2**20} MiB)")
+    return data
 
 
 def read_input(file_arg: str) -> TextFile:
     if file_arg == "-":
-        text, bom = decode_bytes(sys.stdin.buffer.read(), "<stdin>")
+        text, bom = decode_bytes(_read_limited(sys.stdin.buffer, MAX_FILE_BYTES, "<stdin>"), "<stdin>")
         return TextFile(None, text, bom)
     return read_text_file(file_arg)
 
@@ -34,18 +51,48 @@ def read_spans(args: Namespace, source: TextFile) -> list[Span]:
         if spec == "-":
             if args.file == "-":
                 raise UsageError("FILE and SPEC cannot both be read from stdin")
-            payload, name = sys.stdin.read(), "<stdin>"
+            name, raw = "<stdin>", _edit_list_bytes(sys.stdin.buffer, "<stdin>")
         else:
             name = spec[1:]
             try:
-                payload = Path(name).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise UsageError(f"cannot read edit list {name}: {getattr(exc, 'strerror', None) or exc}") from None
+                with open(name, "rb") as handle:
+                    raw = _edit_list_bytes(handle, name)
+            except OSError as exc:
+                raise UsageError(f"cannot read edit list {name}: {exc.strerror or exc}") from None
+        try:
+            payload = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"edit list {name} is not UTF-8 (invalid byte at offset {exc.start})") from None
         spans = parse_edit_list(payload, source.text, name)
     else:
         options = {"strength": args.strength, "max_tokens": args.max_tokens, "instruction": args.instruction}
         spans = parse_spec(spec, source.text, mode=args.mode, **options)
     return validate_spans(source.text, spans)
+
+
+def _edit_list_bytes(stream, name: str) -> bytes:
+    try:
+        return _read_limited(stream, MAX_EDIT_LIST_BYTES, name)
+    except InputError as exc:
+        raise UsageError(f"edit list {exc}") from None
+
+
+def check_options(args: Namespace) -> None:
+    """The sampling options, checked before torch loads (SamplerSettings checks them again)."""
+    get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    checks = [
+        (get("steps") is None or get("steps") >= 1, "--steps must be at least 1"),
+        (get("block_size") is None or get("block_size") >= 1, "--block-size must be at least 1"),
+        (1 <= get("samples", 1) <= MAX_SAMPLES, f"--samples must be between 1 and {MAX_SAMPLES}"),
+        (0.0 < get("threshold", 0.9) <= 1.0, "--threshold must be in (0, 1]"),
+        (0.0 <= get("temperature", 0.0) < math.inf, "--temperature must be a finite number, at least 0"),
+        (get("top_k") is None or get("top_k") >= 1, "--top-k must be at least 1"),
+        (get("top_p") is None or 0.0 < get("top_p") <= 1.0, "--top-p must be in (0, 1]"),
+        (get("context_tokens", 0) >= 0, "--context-tokens must be at least 0"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise UsageError(message)
 
 
 def sampler_settings(args: Namespace):
@@ -58,8 +105,6 @@ def sampler_settings(args: Namespace):
             schedule=args.schedule,
             threshold=args.threshold,
             block_size=args.block_size,
-            cache=args.cache,
-            kernels=args.kernels,
             temperature=args.temperature,
             top_k=args.top_k,
             top_p=args.top_p,
@@ -72,6 +117,35 @@ def sampler_settings(args: Namespace):
 
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+@contextmanager
+def signals_held() -> Iterator[Callable[[], None]]:
+    """Hold SIGINT and SIGTERM while a file is replaced, so it ends up old or new, never partial.
+
+    Yields `check`, to call at the commit point (just before the rename): it raises
+    KeyboardInterrupt if a stop signal came meanwhile, and the write is abandoned. A signal
+    landing after the check is dropped: the new file is already in place and the run ends
+    at once, so exit 0 always means "new text written", 130 "file untouched".
+    The Python handlers are swapped rather than the signal mask: torch's worker threads do
+    not block signals, so a masked main thread would still see the interrupt.
+    Outside the main thread there are no handlers to swap: nothing to hold.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    arrived: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: arrived.append(signum)) for sig in _STOP_SIGNALS}
+
+    def check() -> None:
+        if arrived:
+            raise KeyboardInterrupt
+
+    try:
+        yield check
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 class Progress:
@@ -92,24 +166,41 @@ class Progress:
             sys.stderr.write(f"\rsharpen: {result.tokens} tokens in {result.steps} steps, {result.seconds:.2f}s ({rate:.0f} tok/s)\n")
 
 
-def run_headless(args: Namespace) -> int:
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM ends like Ctrl+C: file untouched, 130
+def run_headless(args: Namespace, denoiser=None) -> int:
+    """The whole headless run; `denoiser` lets a caller (bench/soak.py) reuse a loaded model."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if main_thread else None  # SIGTERM ends like Ctrl+C
+    try:
+        return _run(args, denoiser)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: Namespace, denoiser) -> int:
     if args.in_place and args.file == "-":
         raise UsageError("--in-place needs a file, not stdin")
+    check_options(args)
     source = read_input(args.file)
     spans = read_spans(args, source)
+    if args.in_place:
+        check_writable(source.path)  # fail now, not after minutes of denoising
     settings = sampler_settings(args)
 
     from ..core.engine import run_edit  # torch loads here, after input and SPEC are known good
-    from .model_choice import load_model
 
-    denoiser = load_model(args)
+    if denoiser is None:
+        from .model_choice import load_model
+
+        denoiser = load_model(args)
     progress = Progress(sys.stderr.isatty() and not args.quiet)
     started = time.perf_counter()
     result = None
     for update in run_edit(denoiser, source.text, spans, settings, context_tokens=args.context_tokens):
         progress.update(update.frame)
         result = update.result or result
+    if result is None:
+        raise Cancelled("the edit was cancelled; nothing was written")
     progress.finish(result)
     write_result(args, source, spans, result, denoiser, time.perf_counter() - started)
     return 0
@@ -117,8 +208,13 @@ def run_headless(args: Namespace) -> int:
 
 def write_result(args: Namespace, source: TextFile, spans: list[Span], result, denoiser, seconds: float) -> None:
     if args.in_place:
-        atomic_write(source.path, source.encode(result.text))
-    elif args.diff:
+        if result.text == source.text:
+            return  # nothing changed: leave the file, its mtime included
+        with signals_held() as check:
+            # Refused (exit 3) if another program changed the file while the model ran.
+            save_text_file(source, result.text, before_commit=check)
+        return
+    if args.diff:
         name = str(source.path or "<stdin>")
         diff = difflib.unified_diff(
             source.text.splitlines(keepends=True), result.text.splitlines(keepends=True), f"a/{name}", f"b/{name}"

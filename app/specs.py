@@ -3,6 +3,10 @@
 Lines and columns are 1-based; columns count characters; the end is exclusive. A line's
 columns run from 1 to its length + 1 (the position before its line break). `L-L` covers
 the content of whole lines, keeping the last line's break as context.
+
+Lines end at LF; the CR of a CRLF belongs to the break, so no L:C can split a CRLF pair.
+Columns count code points (Python characters), so no span can split a UTF-8 sequence; a
+span may split a grapheme cluster (e.g. a base letter and its combining accent).
 """
 from __future__ import annotations
 
@@ -14,9 +18,11 @@ from dataclasses import dataclass
 from ..core.errors import SpanError, UsageError
 from ..core.spans import MODES, Span
 
-_POINT = r"(\d+):(\d+)"
+# ASCII digits only: \d would also accept e.g. Arabic-Indic digits.
+_POINT = r"([0-9]+):([0-9]+)"
 _RANGE = re.compile(rf"^{_POINT}-{_POINT}$")
-_LINES = re.compile(r"^(\d+)(?:-(\d+))?$")
+_LINES = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
+_MAX_DIGITS = 12  # longer numbers are never a real position (and int() refuses > 4300 digits)
 
 
 @dataclass(frozen=True)
@@ -52,8 +58,11 @@ class LineIndex:
 
 
 def parse_range(text_range: str, index: LineIndex, label: str | None = None) -> tuple[int, int]:
-    label = label or text_range
     item = text_range.strip()
+    label = label or item
+    match = _RANGE.match(item) or _LINES.match(item)
+    if match and any(g is not None and len(g) > _MAX_DIGITS for g in match.groups()):
+        raise SpanError(f"span {label}: line or column number too large")
     if match := _RANGE.match(item):
         l1, c1, l2, c2 = (int(g) for g in match.groups())
         start, end = index.offset(l1, c1, label), index.offset(l2, c2, label)
@@ -88,6 +97,8 @@ def parse_edit_list(source: str, text: str, name: str = "edits") -> list[Span]:
         items = json.loads(source)
     except ValueError as exc:
         raise UsageError(f"{name}: not valid JSON ({exc})") from None
+    except RecursionError:  # e.g. thousands of nested brackets
+        raise UsageError(f"{name}: not valid JSON (nested too deeply)") from None
     if not isinstance(items, list) or not items:
         raise UsageError(f"{name}: expected a non-empty JSON list of edits")
     index = LineIndex.of(text)
@@ -107,10 +118,13 @@ def parse_edit_list(source: str, text: str, name: str = "edits") -> list[Span]:
             raise UsageError(f"{name}: edit {n}: max_tokens must be an integer")
         if not isinstance(strength, (int, float)) or isinstance(strength, bool):
             raise UsageError(f"{name}: edit {n}: strength must be a number")
+        if not 0 < strength <= 1:  # before float(): a 400-digit integer would overflow it
+            raise UsageError(f"{name}: edit {n}: strength must be in (0, 1]")
         if instruction is not None and not isinstance(instruction, str):
             raise UsageError(f"{name}: edit {n}: instruction must be a string")
         start, end = parse_range(item["range"], index)
-        spans.append(Span(start, end, mode=mode, max_tokens=max_tokens, strength=float(strength), instruction=instruction, label=item["range"]))
+        label = item["range"].strip()
+        spans.append(Span(start, end, mode=mode, max_tokens=max_tokens, strength=float(strength), instruction=instruction, label=label))
     return spans
 
 

@@ -71,6 +71,7 @@ def read_text_file(path: str | Path) -> TextFile:
     """Read a regular UTF-8 text file; anything else is an InputError that names it."""
     path = Path(path)
     try:
+        _check_regular(path, os.stat(path))  # before open(): opening a FIFO would block
         with open(path, "rb") as handle:
             info = os.fstat(handle.fileno())
             _check_regular(path, info)

@@ -44,7 +44,9 @@ def validate_spans(text: str, spans: list[Span]) -> list[Span]:
             raise SpanError(f"span {span.name}: strength must be in (0, 1]")
     ordered = sorted(spans, key=lambda s: (s.start, s.end))
     for before, after in zip(ordered, ordered[1:]):
-        if after.start < before.end or (after.start == before.start == before.end == after.end):
+        if after.start == before.start == before.end == after.end:
+            raise SpanError(f"span {after.name} overlaps span {before.name} (the same insertion point twice)")
+        if after.start < before.end:
             raise SpanError(f"span {after.name} overlaps span {before.name}")
     return ordered
 
