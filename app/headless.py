@@ -105,6 +105,8 @@ def sampler_settings(args: Namespace):
             schedule=args.schedule,
             threshold=args.threshold,
             block_size=args.block_size,
+            cache=args.cache,
+            kernels=args.kernels,
             temperature=args.temperature,
             top_k=args.top_k,
             top_p=args.top_p,
