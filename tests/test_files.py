@@ -333,3 +333,32 @@ def test_recovery_directory_unwritable_is_an_input_error(tmp_path):
     blocker.write_text("not a directory")
     with pytest.raises(InputError, match="recovery directory"):
         RecoveryStore(blocker / "state").save(tmp_path / "x", "t")
+
+
+# --- huge files ---------------------------------------------------------------------------
+
+
+def test_100k_line_file_infills_in_place_with_a_bounded_window(tmp_path, tiny_model_dir, capfd, monkeypatch):
+    from sharpen.app.cli import main
+    from sharpen.core.denoiser import Denoiser
+
+    seen = []
+    real_logits = Denoiser.logits
+
+    def spy(self, x, *args, **kwargs):
+        seen.append(x.shape[-1])  # canvas (or chunk) length the model is run on
+        return real_logits(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(Denoiser, "logits", spy)
+    lines = [f"value_{n} = {n} * 2\r\n" if n % 3 else f"\tvalue_{n} = {n}\n" for n in range(100_000)]
+    data = b"\xef\xbb\xbf" + "".join(lines).encode()
+    path = tmp_path / "huge.py"
+    path.write_bytes(data)
+    code = main([str(path), "--apply-edit", "50000:12-50000:20", "--in-place", "--max-tokens", "4", "--steps", "2",
+                 "--context-tokens", "256", "--model", str(tiny_model_dir)])
+    assert code == 0, capfd.readouterr().err
+    new = path.read_bytes()
+    head = b"\xef\xbb\xbf" + "".join(lines[:49_999]).encode() + lines[49_999][:11].encode()
+    tail = lines[49_999][19:].encode() + "".join(lines[50_000:]).encode()
+    assert new.startswith(head) and new.endswith(tail) and len(new) <= len(head) + len(tail) + 64
+    assert seen and max(seen) <= 256 + 4 + 8  # the window, not the file
