@@ -90,6 +90,7 @@ class Frame:
     _mask_id: int = field(repr=False)
     final_ids: tuple[tuple[tuple[int, ...], ...], ...] | None = None  # done only: [sample][span] slot ids
     sample_scores: tuple[float, ...] | None = None  # done only: mean log-probability of each sample's slots
+    final_confidence: tuple[tuple[tuple[float, ...], ...], ...] | None = None  # done only: [sample][span] per-slot probability
 
     @cached_property
     def spans(self) -> tuple[SpanState, ...]:
@@ -147,14 +148,15 @@ def denoise(
     started = time.perf_counter()
 
     def frame(step: int, total: int, done: bool = False) -> Frame:
-        final = scores = None
+        final = scores = final_conf = None
         if done:
             final = tuple(tuple(tuple(x[b, r.start:r.stop].tolist()) for r in canvas.slots) for b in range(B))
+            final_conf = tuple(tuple(tuple(confidence[b, r.start:r.stop].tolist()) for r in canvas.slots) for b in range(B))
             # Mean log-probability of what this run wrote (kept draft tokens and pre-filled pads excluded).
             logp = torch.where(denoised, confidence.clamp_min(1e-9).log(), torch.zeros_like(confidence))
             scores = tuple((logp.sum(1) / denoised.sum(1).clamp_min(1)).tolist())
         return Frame(step, total, time.perf_counter() - started, done, x[0].clone(), confidence[0].clone(),
-                     guesses[0].clone(), canvas.slots, mask_id, final, scores)
+                     guesses[0].clone(), canvas.slots, mask_id, final, scores, final_conf)
 
     _renoise_rewrites(denoiser, canvas, settings, x, confidence, generator)
     denoised = x == mask_id  # [B, T] the positions this run fills

@@ -1,0 +1,168 @@
+"""Candidate lengths in one batch, ranked by whether the file still parses, then by confidence.
+
+A span of the wrong length is the main reason diffusion infills fail, and a code infill
+that does not parse is worse than none. So each infill span gets several lengths at once:
+one canvas, sized for the longest, and one starting row per length where the slots past
+that length already hold pad (exactly the layout the model was trained on: the span in the
+first slots, pad after it). All rows are denoised together in one run (Canvas.rows); each
+finished row is a whole candidate text, parsed with tree-sitter and ranked:
+
+    1. no new ERROR/MISSING nodes against the original text (fewer new ones first),
+    2. the model's own confidence, normalised by length (see `row_confidence`).
+
+A candidate that breaks the parse is never first while one that parses exists.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from .canvas import Canvas
+from .spans import Span
+from .syntax import error_count, parse_document
+
+DEFAULT_SCALES = (0.5, 0.75, 1.0, 1.5, 2.0)  # x the span's base length (selection, or max_tokens)
+DEFAULT_POINT_LENGTHS = (8, 16, 32, 64)  # an insertion point has no length to scale: a ladder
+
+
+@dataclass(frozen=True)
+class CandidatePlan:
+    scales: tuple[float, ...] = DEFAULT_SCALES
+    point_lengths: tuple[int, ...] = DEFAULT_POINT_LENGTHS
+    syntax: bool = True  # rank parsing candidates first (False: confidence only)
+    language: str | None = None  # grammar name; None: detected from `path` and the text
+    path: str | None = None  # the file's name, for language detection
+    confidence: str = "content"  # "content": per written token + the end; "slots": the sampler's per-slot mean
+
+    def __post_init__(self) -> None:
+        if not self.scales or any(s <= 0 for s in self.scales):
+            raise ValueError("candidate scales must be positive")
+        if not self.point_lengths or any(n < 1 for n in self.point_lengths):
+            raise ValueError("candidate point lengths must be at least 1")
+        if self.confidence not in ("content", "slots"):
+            raise ValueError(f"unknown confidence {self.confidence!r}; known: content, slots")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    row: int  # canvas row (before `samples` repetition: row // samples)
+    lengths: tuple[int, ...]  # slots per span in this row
+    texts: tuple[str, ...]  # per span, the new text
+    text: str  # the whole new text
+    confidence: float  # length-normalised mean log-probability (higher is better)
+    new_errors: int | None  # ERROR/MISSING nodes beyond the original's; None: not checked
+    errors: int | None = None  # ERROR/MISSING nodes in the candidate's whole text
+
+    @property
+    def parses(self) -> bool:
+        return not self.new_errors
+
+
+def ladder(span: Span, selected_tokens: int, plan: CandidatePlan) -> tuple[int, ...]:
+    """Candidate slot counts for one span, ascending. Rewrites keep their own tokens (one length)."""
+    if span.mode == "rewrite":
+        return (selected_tokens,)
+    base = span.max_tokens or selected_tokens
+    if not base:
+        return tuple(sorted(set(plan.point_lengths)))
+    return tuple(sorted({max(1, math.ceil(base * s)) for s in plan.scales}))
+
+
+def row_lengths(ladders: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """One row per rung: row r gives span i its r-th length (a shorter ladder repeats its top)."""
+    n = max(len(l) for l in ladders)
+    rows = [tuple(l[min(r, len(l) - 1)] for l in ladders) for r in range(n)]
+    return list(dict.fromkeys(rows))  # distinct, in order
+
+
+def widen_spans(spans: list[Span], ladders: list[tuple[int, ...]]) -> list[Span]:
+    """Infill spans sized for their longest candidate (the canvas holds the widest row)."""
+    return [s if s.mode == "rewrite" else replace(s, max_tokens=max(l)) for s, l in zip(spans, ladders)]
+
+
+def candidate_rows(canvas: Canvas, lengths: list[tuple[int, ...]], pad_id: int) -> Canvas:
+    """The canvas with one starting row per length tuple: slots past a span's length hold pad."""
+    rows = []
+    for row in lengths:
+        ids = list(canvas.ids)
+        for span, slots, n in zip(canvas.spans, canvas.slots, row):
+            if span.mode == "infill":
+                ids[slots.start + n:slots.stop] = [pad_id] * (len(slots) - n)
+        rows.append(tuple(ids))
+    return replace(canvas, rows=tuple(rows))
+
+
+def plan_canvas_spans(spans: list[Span], selected: list[int], plan: CandidatePlan) -> tuple[list[Span], list[tuple[int, ...]]]:
+    """(spans widened for the canvas, the length tuple of each row)."""
+    ladders = [ladder(s, n, plan) for s, n in zip(spans, selected)]
+    return widen_spans(spans, ladders), row_lengths(ladders)
+
+
+def row_confidence(ids: tuple[int, ...], conf: tuple[float, ...], length: int, end_ids: tuple[int, ...]) -> tuple[float, int]:
+    """(sum of log-probabilities, count) of what a row wrote in one span's first `length` slots.
+
+    Counted: every content token, and the first pad/eos (the model's word that the span ends
+    there); the pads after it are the same decision repeated and are left out, so a short
+    candidate is not rewarded for its many easy pads, nor a long one for its length.
+    """
+    total, count = 0.0, 0
+    for token, p in zip(ids[:length], conf[:length]):
+        total += math.log(max(p, 1e-9))
+        count += 1
+        if token in end_ids:
+            break
+    return total, count
+
+
+def rank(candidates: list[Candidate]) -> list[Candidate]:
+    """Best first: parsing before breaking, then fewer errors, then confidence; text-distinct.
+
+    "Parsing" is relative to the original: no ERROR/MISSING nodes beyond its own (a file
+    already broken elsewhere does not sink every candidate); among those, fewer errors
+    overall still wins (a candidate may also repair the original).
+    """
+    def key(c: Candidate):
+        return (bool(c.new_errors), c.errors or 0, -c.confidence, c.row)
+
+    seen, out = set(), []
+    for c in sorted(candidates, key=key):
+        if c.text not in seen:
+            seen.add(c.text)
+            out.append(c)
+    return out
+
+
+def score_rows(text: str, spans: list[Span], frame, row_lengths_: list[tuple[int, ...]], samples: int,
+               span_texts: list[list[str]], end_ids: tuple[int, ...], plan: CandidatePlan) -> list[Candidate]:
+    """One Candidate per batch row of a finished frame (rows are canvas rows x `samples`)."""
+    from .spans import splice
+
+    language, before = baseline_errors(text, plan)
+    out = []
+    for b, texts in enumerate(span_texts):
+        lengths = row_lengths_[b // samples]
+        if plan.confidence == "slots":
+            confidence = frame.sample_scores[b]
+        else:
+            parts = [row_confidence(frame.final_ids[b][i], frame.final_confidence[b][i], n, end_ids)
+                     for i, n in enumerate(lengths) if spans[i].mode == "infill"]
+            total, count = sum(p[0] for p in parts), sum(p[1] for p in parts)
+            confidence = total / count if count else frame.sample_scores[b]
+        whole = splice(text, [(s.start, s.end, t) for s, t in zip(spans, texts)])
+        errors = None if before is None else error_count(parse_document(whole, language))
+        new = None if errors is None else max(0, errors - before)
+        out.append(Candidate(b // samples, lengths, tuple(texts), whole, confidence, new, errors))
+    return out
+
+
+def baseline_errors(text: str, plan: CandidatePlan) -> tuple[str, int | None]:
+    """(language, the original text's error count), or None errors where nothing can be checked."""
+    doc = parse_document(text, plan.language, plan.path)
+    if not plan.syntax or doc.tree is None:
+        return doc.language, None
+    return doc.language, error_count(doc)
+
+
+def selected_tokens(text: str, spans: list[Span], tokenizer) -> list[int]:
+    return [len(tokenizer.encode(text[s.start:s.end])) for s in spans]
+
