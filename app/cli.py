@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("files", nargs="*", metavar="FILE", help="files to open; with --apply-edit exactly one (or - for stdin)")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("--config", metavar="PATH", help="editor config file (default: see --print-config-path)")
+    parser.add_argument("--print-config-path", action="store_true", help="print where the editor's config file is read from and exit")
+    parser.add_argument("--theme", metavar="NAME", help="editor theme (sharpen-dark, sharpen-light, sharpen-dusk, or one of yours)")
 
     edit = parser.add_argument_group("headless editing")
     edit.add_argument("--apply-edit", metavar="SPEC", help="edit FILE without a screen and print the result")
@@ -115,6 +118,11 @@ def _main(argv: list[str]) -> int:
         from importlib.metadata import version
 
         print(f"sharpen {version('sharpen')}")
+        return 0
+    if args.print_config_path:
+        from .config import default_config_path
+
+        print(args.config or default_config_path())
         return 0
     from ..core.errors import SharpenError
 

@@ -1,0 +1,102 @@
+"""A buffer's file, and the pure functions that keep its bytes intact through the TextArea.
+
+Textual's Document splits text with `str.splitlines()` and joins it with one newline, so a
+CRLF file reads back as CRLF but mixed endings (or a form feed) would be normalised. On save
+we diff the buffer's lines against the file's and give every unchanged line its own ending
+back; new lines get the file's usual ending. An untouched buffer saves byte for byte.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...core.files import TextFile, newline_style, read_text_file
+
+# File suffix -> tree-sitter language shipped with textual[syntax]; others open as plain text.
+LANGUAGES = {
+    ".py": "python", ".pyi": "python", ".md": "markdown", ".markdown": "markdown", ".json": "json",
+    ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".rs": "rust", ".go": "go", ".js": "javascript",
+    ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript", ".html": "html", ".htm": "html",
+    ".css": "css", ".sh": "bash", ".bash": "bash", ".sql": "sql", ".java": "java", ".xml": "xml",
+    ".svg": "xml", ".regex": "regex",
+}
+
+
+def language_for(path: Path | None, available: set[str]) -> str | None:
+    if path is None:
+        return None
+    language = LANGUAGES.get(path.suffix.lower())
+    return language if language in available else None
+
+
+def split_endings(text: str) -> tuple[list[str], list[str]]:
+    """Lines exactly as textual's Document splits them, and the break after each ('' after the last)."""
+    contents, endings = [], []
+    for line in text.splitlines(keepends=True):
+        body = line.splitlines()[0]
+        contents.append(body)
+        endings.append(line[len(body):])
+    if not text or text.endswith(("\r\n", "\n", "\r")):
+        contents.append("")  # the Document keeps an empty last line after a final line break
+        endings.append("")
+    return contents, endings
+
+
+def restore_line_endings(original: str, lines: list[str]) -> str:
+    """Join the buffer's `lines` the way `original` had them: unchanged lines keep their break."""
+    old_lines, old_endings = split_endings(original)
+    if old_lines == lines:
+        return original
+    default = newline_style(original)
+    new_endings = [default] * (len(lines) - 1) + [""]
+    matcher = difflib.SequenceMatcher(None, old_lines, lines, autojunk=False)
+    for tag, i1, i2, j1, _ in matcher.get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1):
+                old, new = i1 + k, j1 + k
+                if new < len(lines) - 1:
+                    new_endings[new] = old_endings[old] or default
+                elif old == len(old_lines) - 1:
+                    new_endings[new] = old_endings[old]  # e.g. a final form feed
+    return "".join(line + ending for line, ending in zip(lines, new_endings))
+
+
+@dataclass
+class BufferFile:
+    """Where a buffer came from and what is on disk, so a save writes back what it read."""
+
+    path: Path | None  # None: an untitled buffer
+    original: str = ""  # the text as last read or written (BOM lifted off, newlines untouched)
+    bom: bool = False
+    mtime_ns: int = 0
+
+    @classmethod
+    def open(cls, path: Path) -> "BufferFile":
+        """Read `path`; a file that does not exist yet is an empty buffer saved on first write."""
+        if not path.exists():
+            return cls(path)
+        text_file: TextFile = read_text_file(path)
+        return cls(path, text_file.text, text_file.bom, text_file.mtime_ns)
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path else "untitled"
+
+    def changed_on_disk(self) -> bool:
+        try:
+            return self.path is not None and self.mtime_ns != 0 and self.path.stat().st_mtime_ns != self.mtime_ns
+        except OSError:
+            return False
+
+    def save(self, lines: list[str], path: Path | None = None) -> None:
+        """Write the buffer's lines atomically, with the file's BOM and line endings."""
+        from ...core.files import atomic_write, encode_text
+
+        target = path or self.path
+        if target is None:
+            raise ValueError("an untitled buffer needs a path")
+        text = restore_line_endings(self.original, lines)
+        atomic_write(target, encode_text(text, self.bom))
+        self.path, self.original = target, text
+        self.mtime_ns = target.stat().st_mtime_ns

@@ -1,0 +1,74 @@
+"""SharpenCommands: every editor action in the command palette (Ctrl+P), with its current keys.
+
+The table below is the one list of commands; the app's BINDINGS give some of them keys (by
+binding id), and the help screen is built from both.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+
+@dataclass(frozen=True)
+class Command:
+    title: str  # what the palette shows and matches
+    action: str  # the app's action (method action_<name>), with arguments if any
+    help: str
+    binding_id: str | None = None  # the binding that gives it keys (rebindable in [keymap])
+
+
+COMMANDS = (
+    Command("Infill", "infill", "Mask the selection and let the model refill it; no selection: fill a gap at the cursor", "infill"),
+    Command("Rewrite", "rewrite", "Re-noise part of the selection and let the model redraft it", "rewrite"),
+    Command("Mark region", "mark_region", "Add the selection to the marked regions for a parallel edit", "mark-region"),
+    Command("Fill marked", "fill_marked", "Infill every marked region together, in one denoising run", "fill-marked"),
+    Command("Clear marks", "clear_marks", "Forget the marked regions", "clear-marks"),
+    Command("Accept", "accept", "Write the previewed result into the buffer (one undo step)", "accept"),
+    Command("Reject", "reject", "Drop the previewed result; the buffer stays as it was", "cancel"),
+    Command("Cancel", "cancel", "Stop the running edit; the buffer stays as it was", "cancel"),
+    Command("Next alternative", "cycle(1)", "Show the next sampled alternative (with samples > 1)", "next-alternative"),
+    Command("Previous alternative", "cycle(-1)", "Show the previous sampled alternative", "previous-alternative"),
+    Command("Rewrite stronger", "strength(0.1)", "Re-noise 10% more of a selection on Rewrite", "rewrite-stronger"),
+    Command("Rewrite weaker", "strength(-0.1)", "Re-noise 10% less of a selection on Rewrite", "rewrite-weaker"),
+    Command("Save", "save", "Write the buffer to its file (atomically, keeping BOM and line endings)", "save"),
+    Command("Save as", "save_as", "Write the buffer to another file", "save-as"),
+    Command("Open file", "open_file", "Open a file in a new tab", "open-file"),
+    Command("Find", "find", "Search the buffer", "find"),
+    Command("Find next", "find_next", "Jump to the next match of the last search", "find-next"),
+    Command("Go to line", "goto_line", "Move the cursor to LINE or LINE:COLUMN", "goto-line"),
+    Command("Undo", "undo", "Undo the last edit", None),
+    Command("Redo", "redo", "Redo the last undone edit", None),
+    Command("Toggle soft wrap", "toggle_wrap", "Wrap long lines at the window edge, or not", "soft-wrap"),
+    Command("Next buffer", "switch_buffer(1)", "Show the next tab", "next-buffer"),
+    Command("Previous buffer", "switch_buffer(-1)", "Show the previous tab", "previous-buffer"),
+    Command("Keys", "help", "List every key binding", "help"),
+    Command("Quit", "quit", "Leave sharpen (asks first when a buffer has unsaved changes)", "quit"),
+)
+
+
+class SharpenCommands(Provider):
+    """Palette entries for COMMANDS; the help line shows the keys as currently bound."""
+
+    def _entries(self):
+        for command in COMMANDS:
+            keys = self.app.keys_for(command.binding_id) if command.binding_id else ""
+            help_text = f"{command.help}  [{keys}]" if keys else command.help
+            yield command, help_text
+
+    async def discover(self) -> Hits:
+        for command, help_text in self._entries():
+            yield DiscoveryHit(command.title, self._runner(command), help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for command, help_text in self._entries():
+            score = matcher.match(command.title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(command.title), self._runner(command), help=help_text)
+
+    def _runner(self, command: Command):
+        async def run() -> None:
+            await self.app.run_command(command.action)
+
+        return run

@@ -1,0 +1,385 @@
+"""SharpenApp: the editor. Tabs of buffers, a status bar, and the model in a background worker.
+
+The first screen paints before torch is imported: the model loads in a thread worker after
+the first refresh, and until it is ready (or failed) the editor works as a plain editor.
+"""
+from __future__ import annotations
+
+import inspect
+from functools import partial
+from pathlib import Path
+
+from textual import actions
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.theme import Theme
+from textual.widgets import Footer, TabbedContent, TabPane, TextArea
+
+from ...core.errors import UsageError
+from ...core.spans import Span
+from ..config import Config
+from .buffer_file import BufferFile, language_for
+from .commands import COMMANDS, SharpenCommands
+from .editor_pane import IDLE, PREVIEW, RUNNING, EditorPane
+from .file_actions import FileActions
+from .help_screen import HelpScreen
+from .messages import ModelFailed, ModelLoaded
+from .model_runner import load_model
+from .prompt_screen import PromptScreen
+from .status_bar import StatusBar
+from .themes import LoadedTheme, syntax_theme_for
+
+# Keys chosen to reach the app through plain terminals and tmux: no ctrl+shift, no ctrl+space.
+# Each binding has an id: the config's [keymap] rebinds by id (see docs/editor.md).
+BINDINGS = [
+    Binding("alt+i", "infill", "Infill", id="infill", tooltip="Infill the selection, or fill at the cursor"),
+    Binding("alt+r", "rewrite", "Rewrite", id="rewrite"),
+    Binding("alt+m", "mark_region", "Mark", id="mark-region"),
+    Binding("alt+f", "fill_marked", "Fill marked", id="fill-marked"),
+    Binding("alt+c", "clear_marks", "Clear marks", id="clear-marks", show=False),
+    Binding("tab", "accept", "Accept", id="accept", priority=True),
+    Binding("escape", "cancel_or_reject", "Cancel/Reject", id="cancel", priority=True),
+    Binding("alt+right_square_bracket", "cycle(1)", "Next alt.", id="next-alternative", priority=True),
+    Binding("alt+left_square_bracket", "cycle(-1)", "Prev alt.", id="previous-alternative", priority=True),
+    Binding("alt+equals_sign", "strength(0.1)", "Stronger", id="rewrite-stronger", show=False),
+    Binding("alt+minus", "strength(-0.1)", "Weaker", id="rewrite-weaker", show=False),
+    Binding("ctrl+s", "save", "Save", id="save"),
+    Binding("alt+s", "save_as", "Save as", id="save-as", show=False),
+    Binding("alt+o", "open_file", "Open", id="open-file", show=False),
+    Binding("ctrl+f", "find", "Find", id="find", show=False),
+    Binding("f3", "find_next", "Find next", id="find-next", show=False),
+    Binding("ctrl+g", "goto_line", "Go to line", id="goto-line", show=False),
+    Binding("alt+z", "toggle_wrap", "Soft wrap", id="soft-wrap", show=False),
+    Binding("alt+full_stop", "switch_buffer(1)", "Next tab", id="next-buffer", show=False),
+    Binding("alt+comma", "switch_buffer(-1)", "Previous tab", id="previous-buffer", show=False),
+    Binding("f1", "help", "Keys", id="help"),
+    Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
+]
+
+
+class SharpenApp(FileActions, App):
+    """The editor. `files` open in tabs; `config` is app.config.Config; `themes` from themes.load_themes."""
+
+    TITLE = "sharpen"
+    COMMANDS = App.COMMANDS | {SharpenCommands}
+    BINDINGS = BINDINGS
+    CSS = """
+    Screen { layout: vertical; }
+    TabbedContent { height: 1fr; }
+    TabbedContent > ContentSwitcher { height: 1fr; }
+    TabPane { padding: 0; height: 1fr; }
+    EditorPane { height: 1fr; }
+    """
+
+    def __init__(self, files: list[Path], config: Config = Config(), themes: dict[str, LoadedTheme] | None = None,
+                 load_model_on_start: bool = True) -> None:
+        super().__init__()
+        self.files, self.config, self.loaded_themes = files, config, themes or {}
+        self.denoiser = None
+        self.model_error: str | None = None  # set when loading failed: the model is unavailable
+        self.strength = config.rewrite_strength
+        self.load_model_on_start = load_model_on_start
+        self._buffer_ids = 0
+        if config.keymap:
+            self.set_keymap(config.keymap)
+
+    def compose(self) -> ComposeResult:
+        yield TabbedContent(id="buffers")
+        yield StatusBar()
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        for loaded in self.loaded_themes.values():
+            self.register_theme(loaded.app_theme)
+        self.theme_changed_signal.subscribe(self, self._apply_syntax_theme)
+        if self.config.theme in self.available_themes:
+            self.theme = self.config.theme
+        buffers = []
+        for path in self.files:
+            try:
+                buffers.append(BufferFile.open(path))
+            except UsageError as exc:
+                self.notify(str(exc), severity="error")
+            except Exception as exc:  # InputError and friends: say it, open the rest
+                self.notify(str(exc), title="Cannot open", severity="error")
+        for buffer in buffers or [BufferFile(None)]:
+            await self.add_buffer(buffer)
+        self.status.strength = self.strength
+        if self.load_model_on_start:
+            self.call_after_refresh(self.start_model_loading)
+
+    # -- buffers ------------------------------------------------------------------------
+
+    @property
+    def status(self) -> StatusBar:
+        return self.query_one(StatusBar)
+
+    async def add_buffer(self, buffer: BufferFile) -> EditorPane:
+        self._buffer_ids += 1
+        pane = EditorPane(buffer, None, soft_wrap=self.config.soft_wrap, id=f"buffer-{self._buffer_ids}")
+        tabs = self.query_one(TabbedContent)
+        await tabs.add_pane(TabPane(buffer.name, pane, id=f"tab-{self._buffer_ids}"))
+        pane.register_syntax_theme(syntax_theme_for(self.current_theme, self.loaded_themes))
+        pane.editor.theme = pane.preview.theme = self.current_theme.name
+        pane.editor.language = language_for(buffer.path, pane.editor.available_languages)
+        tabs.active = f"tab-{self._buffer_ids}"
+        pane.editor.focus()
+        self.update_status()
+        return pane
+
+    def panes(self) -> list[EditorPane]:
+        return list(self.query(EditorPane))
+
+    def active_pane(self) -> EditorPane | None:
+        tabs = self.query_one(TabbedContent)
+        active = tabs.active_pane
+        return active.query_one(EditorPane) if active is not None else None
+
+    def refresh_tab_label(self, pane: EditorPane) -> None:
+        tab_id = pane.id.replace("buffer-", "tab-")
+        label = pane.editor.buffer.name + (" ●" if pane.editor.dirty else "")
+        self.query_one(TabbedContent).get_tab(tab_id).label = label
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        pane = self.active_pane()
+        if pane is not None:
+            pane.editor.focus()
+        self.update_status()
+
+    def action_switch_buffer(self, delta: int) -> None:
+        tabs = self.query_one(TabbedContent)
+        ids = [pane.id for pane in tabs.query(TabPane)]
+        if len(ids) > 1 and tabs.active in ids:
+            tabs.active = ids[(ids.index(tabs.active) + delta) % len(ids)]
+
+    def _apply_syntax_theme(self, theme: Theme) -> None:
+        syntax = syntax_theme_for(theme, self.loaded_themes)
+        for pane in self.panes():
+            pane.register_syntax_theme(syntax)
+            pane.editor.theme = pane.preview.theme = theme.name
+
+    # -- the model ----------------------------------------------------------------------
+
+    def start_model_loading(self) -> None:
+        self.status.model = "loading model…"
+        self.run_worker(partial(load_model, self.config, self.post_message), thread=True, group="model", exit_on_error=False)
+
+    def on_model_loaded(self, message: ModelLoaded) -> None:
+        self.denoiser, self.model_error = message.denoiser, None
+        spec = message.denoiser.spec
+        self.status.model, self.status.model_failed, self.status.device = spec.name or spec.family, False, message.device
+
+    def on_model_failed(self, message: ModelFailed) -> None:
+        self.model_error = message.error
+        self.status.model, self.status.model_failed, self.status.device = "model unavailable", True, ""
+        self.notify(message.error, title="Model unavailable; editing still works", severity="error", timeout=10)
+
+    def _ready_pane(self) -> EditorPane | None:
+        """The active pane when a new run may start on it; otherwise say why not."""
+        pane = self.active_pane()
+        if pane is None:
+            return None
+        if self.denoiser is None:
+            why = f"the model is unavailable: {self.model_error}" if self.model_error else "the model is still loading…"
+            self.notify(why, severity="warning", timeout=3)
+            return None
+        if any(p.phase == RUNNING for p in self.panes()):
+            self.notify("an edit is already running (Esc cancels it)", severity="warning", timeout=3)
+            return None
+        if pane.phase == PREVIEW:
+            pane.reject()
+        return pane
+
+    # -- edit actions -------------------------------------------------------------------
+
+    def action_infill(self) -> None:
+        pane = self._ready_pane()
+        if pane is None:
+            return
+        start, end = pane.editor.selected_offsets()
+        budget = self.config.infill_tokens if start == end else None  # a selection sizes its own slots
+        pane.start([Span(start, end, "infill", max_tokens=budget)], self.denoiser, self.config)
+
+    def action_rewrite(self) -> None:
+        pane = self._ready_pane()
+        if pane is None:
+            return
+        start, end = pane.editor.selected_offsets()
+        if start == end:
+            self.notify("select the text to rewrite first", severity="warning", timeout=3)
+            return
+        strength = self.strength
+        if not self.denoiser.spec.chat_template:
+            pane.start([Span(start, end, "rewrite", strength=strength)], self.denoiser, self.config)
+            return
+
+        def with_instruction(answer: str | None) -> None:
+            if answer is not None:
+                span = Span(start, end, "rewrite", strength=strength, instruction=answer.strip() or None)
+                pane.start([span], self.denoiser, self.config)
+
+        self.push_screen(PromptScreen("Rewrite instruction (empty: none):", placeholder="e.g. make it iterative"), with_instruction)
+
+    def action_mark_region(self) -> None:
+        pane = self.active_pane()
+        if pane is None:
+            return
+        editor = pane.editor
+        start, end = editor.selected_offsets()
+        why_not = editor.add_mark(start, end)
+        if why_not:
+            self.notify(why_not, severity="warning", timeout=3)
+            return
+        editor.move_cursor(editor.selection.end)  # drop the selection so the mark's colour shows
+        self.update_status()
+
+    def action_clear_marks(self) -> None:
+        pane = self.active_pane()
+        if pane is not None:
+            pane.editor.clear_marks()
+            self.update_status()
+
+    def action_fill_marked(self) -> None:
+        pane = self.active_pane()
+        if pane is None:
+            return
+        if not pane.editor.marks:
+            self.notify(f"mark regions first ({self.keys_for('mark-region')} adds the selection)", severity="warning", timeout=3)
+            return
+        pane = self._ready_pane()
+        if pane is not None:
+            pane.start([Span(s, e, "infill") for s, e in pane.editor.marks], self.denoiser, self.config)
+
+    def action_accept(self) -> None:
+        pane = self.active_pane()
+        if pane is None or pane.phase == IDLE:
+            self.notify("nothing to accept", timeout=2)
+        elif pane.phase == RUNNING:
+            self.notify("still running: Tab accepts once it is done, Esc cancels", timeout=2)
+        else:
+            pane.accept()
+
+    def action_reject(self) -> None:
+        pane = self.active_pane()
+        if pane is not None:
+            pane.reject()
+
+    def action_cancel(self) -> None:
+        pane = self.active_pane()
+        if pane is not None:
+            pane.cancel()
+
+    def action_cancel_or_reject(self) -> None:
+        pane = self.active_pane()
+        if pane is None:
+            return
+        if pane.phase == RUNNING:
+            pane.cancel()
+        elif pane.phase == PREVIEW:
+            pane.reject()
+        else:
+            pane.editor.move_cursor(pane.editor.selection.end)  # idle: Esc just drops the selection
+
+    def action_cycle(self, delta: int) -> None:
+        pane = self.active_pane()
+        if pane is not None and not pane.cycle(delta):
+            self.notify("one alternative only (set samples > 1 in the config)", timeout=2)
+
+    def action_strength(self, delta: float) -> None:
+        self.strength = round(min(1.0, max(0.1, self.strength + delta)), 2)
+        self.status.strength = self.strength
+
+    def action_undo(self) -> None:
+        if (pane := self.active_pane()) is not None:
+            pane.editor.undo()
+
+    def action_redo(self) -> None:
+        if (pane := self.active_pane()) is not None:
+            pane.editor.redo()
+
+    def action_toggle_wrap(self) -> None:
+        if (pane := self.active_pane()) is not None:
+            pane.editor.soft_wrap = not pane.editor.soft_wrap
+
+    def action_help(self) -> None:
+        rows = [(self.keys_for(c.binding_id) if c.binding_id else "", c.title, c.binding_id or "") for c in COMMANDS]
+        rows += [("ctrl+p", "Command palette", ""), ("ctrl+z / ctrl+y", "Undo / redo", ""), ("shift+arrows, mouse drag", "Select", "")]
+        self.push_screen(HelpScreen(rows, "Rebind in the config file's [keymap] table: binding-id = \"key\". Esc closes."))
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        # Tab and the alternative keys belong to the preview; elsewhere they go to the editor.
+        pane = self.active_pane() if self.is_mounted else None
+        phase = pane.phase if pane is not None else IDLE
+        if action == "accept":
+            return phase != IDLE
+        if action == "cycle":
+            return phase == PREVIEW
+        return True
+
+    # -- palette, keys, status ----------------------------------------------------------
+
+    async def run_command(self, action: str) -> None:
+        """Run an action from the palette, without the key-only check_action gate."""
+        _, name, params = actions.parse(action)
+        result = getattr(self, f"action_{name}")(*params)
+        if inspect.isawaitable(result):
+            await result
+
+    def keys_for(self, binding_id: str) -> str:
+        keys = self._keymap.get(binding_id) or next((b.key for b in self.BINDINGS if b.id == binding_id), "")
+        return ", ".join(self.get_key_display(Binding(key.strip(), "")) for key in keys.split(",") if key.strip())
+
+    def on_editor_pane_state_changed(self, message: EditorPane.StateChanged) -> None:
+        if message.pane is self.active_pane():
+            self.update_status()
+        self.refresh_bindings()
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        pane = event.text_area.parent
+        if isinstance(pane, EditorPane):
+            self.refresh_tab_label(pane)
+            self.update_status()
+
+    def on_text_area_selection_changed(self, event: TextArea.SelectionChanged) -> None:
+        self.update_status()
+
+    def update_status(self) -> None:
+        pane = self.active_pane() if self.is_mounted else None
+        if pane is None:
+            return
+        editor, status = pane.editor, self.status
+        row, column = editor.selection.end
+        status.file_name, status.dirty = editor.buffer.name, editor.dirty
+        status.position, status.language = f"Ln {row + 1}, Col {column + 1}", editor.language or ""
+        status.marks, status.notice = editor.mark_count, pane.notice
+        stats = pane.edit_run.stats if pane.edit_run is not None else None
+        if pane.phase == RUNNING:
+            progress = f"step {stats.step}/{stats.total_steps} · {stats.tokens_per_second:.0f} tok/s" if stats else "starting…"
+            status.run = f"{progress} · Esc cancels"
+        elif pane.phase == PREVIEW:
+            choice = pane.edit_run.choice + 1
+            alternative = f"alternative {choice}/{pane.edit_run.alternatives} · " if pane.edit_run.alternatives > 1 else ""
+            status.run = f"{alternative}Tab accepts · Esc rejects · {pane.notice}"
+        else:
+            status.run = ""
+
+
+def run_editor(args) -> int:
+    """Entry point from `sharpen FILE...` (app/cli.py): config, themes, then the app."""
+    from ..cli import build_parser
+    from ..config import load_config, merge_args, user_themes_dir
+    from .themes import load_themes
+
+    config_path = Path(args.config).expanduser() if getattr(args, "config", None) else None
+    parser = build_parser()
+    defaults = {action.dest: action.default for action in parser._actions}
+    config = merge_args(load_config(config_path), args, defaults)
+    themes = load_themes(user_themes_dir(config_path))
+    known = sorted(set(themes) | set(App().available_themes))
+    if config.theme not in known:
+        raise UsageError(f"unknown theme {config.theme!r}; known: {', '.join(known)}")
+    if "-" in args.files:
+        raise UsageError("the editor cannot open stdin (-); use --apply-edit for pipes")
+    app = SharpenApp([Path(f) for f in args.files], config, themes)
+    app.run()
+    return app.return_code or 0

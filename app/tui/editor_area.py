@@ -1,0 +1,172 @@
+"""EditorArea: the code editor of one buffer (a TextArea) plus the regions marked for a parallel edit.
+
+TextArea has one selection, so marked regions are this widget's own list of character
+offsets, painted by overriding `get_line`. Offsets count characters of the buffer's text
+joined with '\\n' (what the engine sees), whatever the file's line endings are.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from textual.document._document import Location
+from textual.document._edit import Edit
+from textual.reactive import reactive
+from textual.widgets import TextArea
+from textual.widgets.text_area import Selection
+
+from .buffer_file import BufferFile
+
+
+def indent_type_of(text: str) -> str:
+    """Tabs when more lines are indented with a tab than with spaces (Makefiles, Go)."""
+    lines = text.splitlines()
+    tabs = sum(line.startswith("\t") for line in lines)
+    return "tabs" if tabs > sum(line.startswith(" ") for line in lines) else "spaces"
+
+
+class EditorArea(TextArea):
+    """The buffer's TextArea: syntax highlighting, line numbers, marks, dirty state."""
+
+    COMPONENT_CLASSES = TextArea.COMPONENT_CLASSES | {"editor-area--marked"}
+
+    DEFAULT_CSS = """
+    EditorArea {
+        border: none;
+        padding: 0;
+        &:focus { border: none; }
+        & > .editor-area--marked { background: $accent 35%; text-style: underline; }
+    }
+    """
+
+    dirty: reactive[bool] = reactive(False)
+    mark_count: reactive[int] = reactive(0)
+
+    def __init__(self, buffer: BufferFile, language: str | None, soft_wrap: bool = False, **kwargs) -> None:
+        super().__init__(
+            buffer.original, language=language, soft_wrap=soft_wrap, tab_behavior="indent",
+            show_line_numbers=True, **kwargs,
+        )
+        self.indent_type = indent_type_of(buffer.original)
+        self.buffer = buffer
+        self.saved_lines = list(self.document.lines)
+        self.marks: list[tuple[int, int]] = []  # sorted, non-overlapping [start, end) offsets
+        self._mark_rows: dict[int, list[tuple[int, int]]] = {}
+        # Called synchronously before the buffer changes, so a run is stopped before its text moves.
+        self.before_change: Callable[[], None] | None = None
+        self.yield_tab = False  # while a run or preview is up, Tab means Accept (an app binding)
+
+    # -- text and offsets ---------------------------------------------------------------
+
+    @property
+    def buffer_text(self) -> str:
+        """The text with '\\n' line breaks: what runs, marks and find work on."""
+        return "\n".join(self.document.lines)
+
+    def offset_of(self, location: Location) -> int:
+        row, column = location
+        lines = self.document.lines
+        return sum(len(line) + 1 for line in lines[:row]) + column
+
+    def location_of(self, offset: int) -> Location:
+        for row, line in enumerate(self.document.lines):
+            if offset <= len(line):
+                return (row, offset)
+            offset -= len(line) + 1
+        last = len(self.document.lines) - 1
+        return (last, len(self.document.lines[last]))
+
+    def selected_offsets(self) -> tuple[int, int]:
+        start, end = sorted(self.selection)
+        return self.offset_of(start), self.offset_of(end)
+
+    def select_offsets(self, start: int, end: int) -> None:
+        self.selection = Selection(self.location_of(start), self.location_of(end))
+
+    def mark_saved(self) -> None:
+        self.saved_lines = list(self.document.lines)
+        self.dirty = False
+
+    def check_consume_key(self, key: str, character: str | None = None) -> bool:
+        if key == "tab" and self.yield_tab:
+            return False
+        return super().check_consume_key(key, character)
+
+    # -- edits --------------------------------------------------------------------------
+
+    def edit(self, edit: Edit):
+        if self.before_change is not None:
+            self.before_change()
+        if not self.marks:  # the common case: no offsets to compute per keystroke
+            return super().edit(edit)
+        start, end = sorted((edit.from_location, edit.to_location))
+        start_offset, end_offset = self.offset_of(start), self.offset_of(end)
+        result = super().edit(edit)
+        self._shift_marks(start_offset, end_offset, self.offset_of(result.end_location))
+        return result
+
+    def undo(self) -> None:
+        if self.before_change is not None:
+            self.before_change()
+        self.clear_marks()  # undo bypasses edit(), so mark offsets could no longer be trusted
+        super().undo()
+
+    def redo(self) -> None:
+        if self.before_change is not None:
+            self.before_change()
+        self.clear_marks()
+        super().redo()
+
+    def _on_text_area_changed(self, event: TextArea.Changed) -> None:
+        self.dirty = self.document.lines != self.saved_lines
+
+    # -- marks --------------------------------------------------------------------------
+
+    def add_mark(self, start: int, end: int) -> str | None:
+        """Add [start, end) to the marks; returns why not, or None when added."""
+        if start >= end:
+            return "select some text to mark first"
+        if any(start < e and s < end for s, e in self.marks):
+            return "that selection overlaps a marked region"
+        self.marks = sorted([*self.marks, (start, end)])
+        self._marks_changed()
+        return None
+
+    def clear_marks(self) -> None:
+        if self.marks:
+            self.marks = []
+            self._marks_changed()
+
+    def _shift_marks(self, start: int, end: int, new_end: int) -> None:
+        """Keep marks on their text when an edit replaces [start, end) with [start, new_end)."""
+        if not self.marks:
+            return
+        kept = []
+        for s, e in self.marks:
+            if e <= start:
+                kept.append((s, e))
+            elif s >= end:
+                kept.append((s + new_end - end, e + new_end - end))
+            # a mark the edit cuts into is dropped: its text is no longer what was marked
+        self.marks = kept
+        self._marks_changed()
+
+    def _marks_changed(self) -> None:
+        rows: dict[int, list[tuple[int, int]]] = {}
+        for start, end in self.marks:
+            (r0, c0), (r1, c1) = self.location_of(start), self.location_of(end)
+            for row in range(r0, r1 + 1):
+                line_length = len(self.document.lines[row])
+                rows.setdefault(row, []).append((c0 if row == r0 else 0, c1 if row == r1 else line_length))
+        self._mark_rows = rows
+        self.mark_count = len(self.marks)
+        self._line_cache.clear()  # TextArea caches rendered lines; marks are not in its cache key
+        self.refresh()
+
+    def get_line(self, line_index: int):
+        line = super().get_line(line_index)
+        ranges = self._mark_rows.get(line_index)
+        if ranges:
+            style = self.get_component_rich_style("editor-area--marked")
+            for start, end in ranges:
+                line.stylize(style, start, end)
+        return line

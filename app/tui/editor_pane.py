@@ -1,0 +1,235 @@
+"""EditorPane: one buffer's editor, its preview layer, and the life of an edit run on it.
+
+    idle --start--> running --frame--> running --done--> preview --Tab--> idle (one undo step)
+                       |                                    |
+                       +--Esc / typing--> idle              +--Esc / typing--> idle (buffer untouched)
+
+The run works on a snapshot of the buffer; any change to the buffer stops it first (see
+EditorArea.before_change), so the snapshot's offsets stay valid until Accept applies them.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+from functools import partial
+
+from textual.app import ComposeResult
+from textual.containers import Container
+from textual.message import Message
+from textual.reactive import reactive
+
+from ...core.spans import Span, splice
+from ..config import Config
+from .buffer_file import BufferFile
+from .editor_area import EditorArea
+from .messages import EditCancelled, EditFailed, EditFinished, EditProgress, RunStats
+from .model_runner import EditJob, run_job
+from .preview import FINAL, Piece, compose, pieces_text
+from .preview_view import PreviewView
+
+IDLE, RUNNING, PREVIEW = "idle", "running", "preview"
+_run_ids = itertools.count(1)
+
+
+@dataclass
+class Run:
+    id: int
+    text: str  # the buffer when the run started
+    spans: tuple[Span, ...]  # sorted, in offsets of `text`
+    stop: threading.Event
+    stats: RunStats | None = None
+    result: object = None  # core.engine.EditResult once done
+    final_pieces: list[list[Piece]] | None = None
+    choice: int = 0  # which alternative the preview shows
+
+    @property
+    def alternatives(self) -> int:
+        return len(self.result.samples) if self.result is not None else 0
+
+
+class EditorPane(Container):
+    """A buffer in the editor: EditorArea below, PreviewView above it while a run is shown."""
+
+    DEFAULT_CSS = """
+    EditorPane {
+        layers: editor preview;
+        & > EditorArea { layer: editor; height: 1fr; }
+        & > PreviewView { layer: preview; height: 1fr; display: none; }
+        &.-previewing > PreviewView { display: block; }
+    }
+    """
+
+    phase: reactive[str] = reactive(IDLE)
+
+    class StateChanged(Message):
+        """The run's phase, progress or shown alternative changed (the status bar redraws)."""
+
+        def __init__(self, pane: "EditorPane") -> None:
+            super().__init__()
+            self.pane = pane
+
+    def __init__(self, buffer: BufferFile, language: str | None, soft_wrap: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.editor = EditorArea(buffer, language, soft_wrap=soft_wrap)
+        self.preview = PreviewView()
+        self.edit_run: Run | None = None
+        self.notice = ""  # one line about the last run for the status bar
+
+    def compose(self) -> ComposeResult:
+        yield self.editor
+        yield self.preview
+
+    def on_mount(self) -> None:
+        self.editor.before_change = self._interrupt
+        self.preview.scroll_target = self.editor
+        self.watch(self.editor, "scroll_y", self._follow_scroll, init=False)
+        self.watch(self.editor, "scroll_x", self._follow_scroll, init=False)
+
+    # -- starting and stopping ----------------------------------------------------------
+
+    def start(self, spans: list[Span], denoiser, config: Config) -> None:
+        """Run `spans` (sorted offsets of the current buffer) on the model in a thread worker."""
+        self._stop_run()
+        self.edit_run = Run(next(_run_ids), self.editor.buffer_text, tuple(spans), threading.Event())
+        job = EditJob(self.edit_run.id, self.edit_run.text, self.edit_run.spans, config.sampling, config.frame_rate, config.min_step_ms)
+        self.notice = "starting…"
+        self._set_phase(RUNNING)
+        self._show([[] for _ in spans])
+        self.run_worker(partial(run_job, job, denoiser, self.post_message, self.edit_run.stop.is_set), thread=True, group="edit", exit_on_error=False)
+
+    def cancel(self) -> None:
+        """Stop a running edit now; the buffer was never touched."""
+        if self.phase == RUNNING:
+            self._stop_run()
+            self.notice = "cancelled"
+            self._set_phase(IDLE)
+
+    def reject(self) -> None:
+        if self.phase == PREVIEW:
+            self.edit_run = None
+            self.notice = "rejected"
+            self._set_phase(IDLE)
+
+    def accept(self) -> bool:
+        """Write the shown alternative into the buffer as one edit (one undo step)."""
+        run = self.edit_run
+        if self.phase != PREVIEW or run is None:
+            return False
+        if self.editor.buffer_text != run.text:  # cannot happen: any edit interrupts the run
+            self.reject()
+            return False
+        texts = [span.alternatives[run.choice] for span in run.result.spans]
+        first, last = run.spans[0].start, run.spans[-1].end
+        segment = splice(run.text[first:last], [(s.start - first, s.end - first, t) for s, t in zip(run.spans, texts)])
+        self.edit_run = None
+        self._set_phase(IDLE)  # before the edit, so before_change sees nothing to interrupt
+        editor = self.editor
+        editor.history.checkpoint()
+        editor.replace(segment, editor.location_of(first), editor.location_of(last))
+        editor.history.checkpoint()
+        editor.clear_marks()
+        self.notice = f"accepted {sum(len(t) for t in texts)} characters (undo restores)"
+        self._announce()
+        return True
+
+    def cycle(self, delta: int) -> bool:
+        run = self.edit_run
+        if self.phase != PREVIEW or run is None or run.alternatives < 2:
+            return False
+        run.choice = (run.choice + delta) % run.alternatives
+        self._show_result()
+        return True
+
+    def _interrupt(self) -> None:
+        # Typing (or undo, paste, ...) during a run cancels it; during a preview it rejects it.
+        if self.phase == RUNNING:
+            self.cancel()
+        elif self.phase == PREVIEW:
+            self.reject()
+
+    def _stop_run(self) -> None:
+        if self.edit_run is not None:
+            self.edit_run.stop.set()
+        self.edit_run = None
+
+    # -- messages from the worker -------------------------------------------------------
+
+    def _current(self, run_id: int) -> Run | None:
+        return self.edit_run if self.edit_run is not None and self.edit_run.id == run_id else None
+
+    def on_edit_progress(self, message: EditProgress) -> None:
+        message.stop()
+        run = self._current(message.run_id)
+        if run is None or self.phase != RUNNING:
+            return  # a late frame from a cancelled run
+        run.stats = message.stats
+        self.notice = ""
+        self._show(message.pieces)
+        self._announce()
+
+    def on_edit_finished(self, message: EditFinished) -> None:
+        message.stop()
+        run = self._current(message.run_id)
+        if run is None or self.phase != RUNNING:
+            return
+        run.stats, run.result, run.final_pieces = message.stats, message.result, message.pieces
+        result = message.result
+        rate = result.tokens / message.stats.compute_seconds if message.stats.compute_seconds else 0.0
+        more = f" · {run.alternatives} alternatives (Alt+] / Alt+[)" if run.alternatives > 1 else ""
+        self.notice = f"{result.tokens} tokens in {result.steps} steps, {message.stats.compute_seconds:.2f} s ({rate:.0f} tok/s){more}"
+        self._set_phase(PREVIEW)
+        self._show_result()
+
+    def on_edit_cancelled(self, message: EditCancelled) -> None:
+        message.stop()  # the UI already moved on when it asked for the cancel
+
+    def on_edit_failed(self, message: EditFailed) -> None:
+        message.stop()
+        if self._current(message.run_id) is None:
+            return
+        self.edit_run = None
+        self.notice = f"edit failed: {message.error}"
+        self._set_phase(IDLE)
+        self.app.notify(message.error, title="Edit failed", severity="error")
+
+    # -- drawing ------------------------------------------------------------------------
+
+    def _show_result(self) -> None:
+        run = self.edit_run
+        pieces = []
+        for i, span in enumerate(run.result.spans):
+            text = span.alternatives[run.choice]
+            frame = run.final_pieces[i] if run.final_pieces else []
+            # Sample 0's confidence styling is kept when it is the text shown.
+            pieces.append(frame if pieces_text(frame) == text else [Piece(text, FINAL)])
+        self._show(pieces)
+        self._announce()
+
+    def _show(self, pieces: list[list[Piece]]) -> None:
+        run = self.edit_run
+        layout = compose(run.text, [(s.start, s.end) for s in run.spans], pieces)
+        preview = self.preview
+        if preview.language != self.editor.language:
+            preview.language = self.editor.language
+        preview.soft_wrap = self.editor.soft_wrap
+        if preview.theme != self.editor.theme:
+            preview.theme = self.editor.theme
+        preview.show_layout(layout, self.editor.scroll_x, self.editor.scroll_y)
+
+    def _follow_scroll(self) -> None:
+        if self.phase != IDLE:
+            self.preview.scroll_to(self.editor.scroll_x, self.editor.scroll_y, animate=False, immediate=True)
+
+    def _set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self.editor.yield_tab = phase != IDLE
+        self.set_class(phase != IDLE, "-previewing")
+        self._announce()
+
+    def _announce(self) -> None:
+        self.post_message(self.StateChanged(self))
+
+    def register_syntax_theme(self, theme) -> None:
+        for area in (self.editor, self.preview):
+            area.register_theme(theme)

@@ -1,0 +1,154 @@
+"""The app's file and navigation actions: open, save, save as, quit, find, go to line.
+
+A mixin for SharpenApp, kept apart from the model actions so each file stays readable.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...core.errors import SharpenError
+from .buffer_file import BufferFile, language_for
+from .confirm_screen import ConfirmScreen
+from .prompt_screen import PromptScreen
+
+
+class FileActions:
+    """Needs from the app: active_pane(), add_buffer(), refresh_tab_label(), update_status(), panes()."""
+
+    last_search: str = ""
+
+    # -- saving -------------------------------------------------------------------------
+
+    def action_save(self) -> None:
+        pane = self.active_pane()
+        if pane is None:
+            return
+        buffer = pane.editor.buffer
+        if buffer.path is None:
+            self.action_save_as()
+        elif buffer.changed_on_disk():
+            question = f"{buffer.path} changed on disk since it was opened. Overwrite it?"
+            choices = [("overwrite", "Overwrite", "warning"), ("cancel", "Cancel", "default")]
+            self.push_screen(ConfirmScreen(question, choices), lambda answer: answer == "overwrite" and self._write(pane))
+        else:
+            self._write(pane)
+
+    def action_save_as(self) -> None:
+        pane = self.active_pane()
+        if pane is None:
+            return
+        current = str(pane.editor.buffer.path or "")
+
+        def chosen(answer: str | None) -> None:
+            if answer:
+                self._write(pane, Path(answer).expanduser())
+
+        self.push_screen(PromptScreen("Save as:", current, placeholder="path/to/file"), chosen)
+
+    def _write(self, pane, path: Path | None = None) -> bool:
+        editor = pane.editor
+        try:
+            editor.buffer.save(list(editor.document.lines), path)
+        except (SharpenError, OSError, ValueError) as exc:
+            self.notify(str(exc), title="Not saved", severity="error")
+            return False
+        editor.mark_saved()
+        if path is not None:
+            editor.language = language_for(path, editor.available_languages)
+        self.refresh_tab_label(pane)
+        self.update_status()
+        self.notify(f"saved {editor.buffer.path}", timeout=2)
+        return True
+
+    # -- opening and quitting -----------------------------------------------------------
+
+    def action_open_file(self) -> None:
+        def chosen(answer: str | None) -> None:
+            if answer:
+                self.open_path(Path(answer).expanduser())
+
+        self.push_screen(PromptScreen("Open file:", placeholder="path/to/file"), chosen)
+
+    def open_path(self, path: Path) -> None:
+        try:
+            buffer = BufferFile.open(path)
+        except SharpenError as exc:
+            self.notify(str(exc), title="Cannot open", severity="error")
+            return
+        self.add_buffer(buffer)
+
+    async def action_quit(self) -> None:
+        dirty = [pane for pane in self.panes() if pane.editor.dirty]
+        if not dirty:
+            self.exit()
+            return
+        names = ", ".join(pane.editor.buffer.name for pane in dirty)
+        question = f"Unsaved changes in {names}. Save before quitting?"
+        choices = [("save", "Save and quit", "primary"), ("discard", "Quit without saving", "error"), ("cancel", "Cancel", "default")]
+
+        def answered(answer: str) -> None:
+            if answer == "discard":
+                self.exit()
+            elif answer == "save":
+                untitled = [pane for pane in dirty if pane.editor.buffer.path is None]
+                if untitled:
+                    self.notify("an untitled buffer needs Save as first", severity="warning")
+                    return
+                if all(self._write(pane) for pane in dirty):
+                    self.exit()
+
+        self.push_screen(ConfirmScreen(question, choices), answered)
+
+    # -- finding ------------------------------------------------------------------------
+
+    def action_find(self) -> None:
+        def chosen(answer: str | None) -> None:
+            if answer:
+                self.last_search = answer
+                self.action_find_next()
+
+        hint = "lower case matches any case; F3 finds the next one"
+        self.push_screen(PromptScreen("Find:", self.last_search, hint=hint), chosen)
+
+    def action_find_next(self) -> None:
+        pane = self.active_pane()
+        if pane is None:
+            return
+        if not self.last_search:
+            self.action_find()
+            return
+        editor, query = pane.editor, self.last_search
+        text = editor.buffer_text
+        if query.islower():  # smart case
+            text, query = text.lower(), query.lower()
+        start = editor.offset_of(editor.selection.end)
+        found = text.find(query, start)
+        if found == -1:
+            found = text.find(query)  # wrap around
+            if found != -1:
+                self.notify("search wrapped to the top", timeout=1.5)
+        if found == -1:
+            self.notify(f"not found: {self.last_search}", severity="warning", timeout=2)
+            return
+        editor.select_offsets(found, found + len(query))
+        editor.scroll_cursor_visible(center=True)
+
+    def action_goto_line(self) -> None:
+        pane = self.active_pane()
+        if pane is None:
+            return
+
+        def chosen(answer: str | None) -> None:
+            if not answer:
+                return
+            try:
+                parts = [int(p) for p in answer.strip().split(":")]
+            except ValueError:
+                self.notify(f"not a line number: {answer}", severity="warning")
+                return
+            editor = pane.editor
+            row = min(max(parts[0], 1), editor.document.line_count) - 1
+            column = max(parts[1] - 1, 0) if len(parts) > 1 else 0
+            editor.move_cursor((row, column), center=True)
+
+        self.push_screen(PromptScreen("Go to line (LINE or LINE:COLUMN):"), chosen)

@@ -1,0 +1,72 @@
+"""PreviewView: a read-only layer over the editor that draws a run's text as it sharpens.
+
+The buffer is never written step by step (every TextArea edit is an undo step); instead this
+TextArea shows the buffer with each span replaced by the latest frame: masked slots as
+blur, committed tokens fainter the less sure the model is. `get_line` paints the styles the
+pure `preview.compose` computed; the TextArea's own line cache must be cleared on each frame.
+"""
+from __future__ import annotations
+
+from textual import events
+from textual.widgets import TextArea
+
+from .preview import KINDS, Layout
+
+
+class PreviewView(TextArea, can_focus=False):
+    """Mirrors its editor's language, theme, wrap and scroll; never takes focus or input."""
+
+    COMPONENT_CLASSES = TextArea.COMPONENT_CLASSES | {f"preview-view--{kind}" for kind in KINDS}
+
+    DEFAULT_CSS = """
+    PreviewView {
+        border: none;
+        padding: 0;
+        & > .preview-view--masked { color: $foreground 35%; background: $accent 12%; }
+        & > .preview-view--doubtful { background: $accent 12%; text-style: dim italic; }
+        & > .preview-view--unsure { background: $accent 12%; text-style: dim; }
+        & > .preview-view--sure { background: $accent 12%; }
+        & > .preview-view--final { background: $accent 20%; }
+    }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(read_only=True, show_cursor=False, show_line_numbers=True, **kwargs)
+        self.layout_shown = Layout("")
+        self.scroll_target = None  # the widget whose scroll wheel events we forward (the editor)
+
+    def show_layout(self, layout: Layout, scroll_x: float, scroll_y: float) -> None:
+        if layout.text != self.layout_shown.text:
+            self.load_text(layout.text)  # its own history is irrelevant: this view is never edited
+        self.layout_shown = layout
+        self._line_cache.clear()
+        self.scroll_to(scroll_x, scroll_y, animate=False, immediate=True)
+        self.refresh()
+
+    def get_line(self, line_index: int):
+        line = super().get_line(line_index)
+        for start, end, kind in self.layout_shown.styles_for(line_index):
+            line.stylize(self.get_component_rich_style(f"preview-view--{kind}"), start, end)
+        return line
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        event.stop()  # load_text announces a change; nobody outside cares about this view's text
+
+    def on_text_area_selection_changed(self, event: TextArea.SelectionChanged) -> None:
+        event.stop()
+
+    async def _on_mouse_down(self, event: events.MouseDown) -> None:
+        event.stop()  # the preview is not selectable; clicks must not move anything
+        event.prevent_default()
+
+    def _on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        if self.scroll_target is not None:
+            event.stop()
+            event.prevent_default()  # scroll the editor; this view follows it
+            self.scroll_target.scroll_down(animate=False)
+
+    def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        if self.scroll_target is not None:
+            event.stop()
+            event.prevent_default()
+            self.scroll_target.scroll_up(animate=False)
