@@ -27,7 +27,8 @@ from .specs import LineIndex, format_range, parse_edit_list, parse_spec
 
 MAX_EDIT_LIST_BYTES = 16 * 2**20
 MAX_SAMPLES = 64  # alternatives are one batch: more would only run out of memory
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+# Held during the write; SIGHUP too (a closed terminal), which would otherwise kill us mid-rename.
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM} | ({signal.SIGHUP} if hasattr(signal, "SIGHUP") else set())
 
 
 def _read_limited(stream, limit: int, name: str) -> bytes:
@@ -155,9 +156,11 @@ class Progress:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
+        self.open = False  # a step line is on screen without its newline
 
     def update(self, frame) -> None:
         if self.enabled:
+            self.open = True
             rate = f"{(frame.total_steps and (frame.step / max(frame.elapsed, 1e-9))):.1f} steps/s"
             sys.stderr.write(f"\rsharpen: step {frame.step}/{frame.total_steps}, {frame.masked} masked, {rate}  ")
             sys.stderr.flush()
@@ -166,6 +169,13 @@ class Progress:
         if self.enabled:
             rate = result.tokens / max(result.seconds, 1e-9)
             sys.stderr.write(f"\rsharpen: {result.tokens} tokens in {result.steps} steps, {result.seconds:.2f}s ({rate:.0f} tok/s)\n")
+            self.open = False
+
+    def abort(self) -> None:
+        # End the step line so an error message starts on a line of its own.
+        if self.open:
+            sys.stderr.write("\n")
+            self.open = False
 
 
 def run_headless(args: Namespace, denoiser=None) -> int:
@@ -176,7 +186,7 @@ def run_headless(args: Namespace, denoiser=None) -> int:
         return _run(args, denoiser)
     finally:
         if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _run(args: Namespace, denoiser) -> int:
@@ -198,9 +208,13 @@ def _run(args: Namespace, denoiser) -> int:
     progress = Progress(sys.stderr.isatty() and not args.quiet)
     started = time.perf_counter()
     result = None
-    for update in run_edit(denoiser, source.text, spans, settings, context_tokens=args.context_tokens):
-        progress.update(update.frame)
-        result = update.result or result
+    try:
+        for update in run_edit(denoiser, source.text, spans, settings, context_tokens=args.context_tokens):
+            progress.update(update.frame)
+            result = update.result or result
+    except BaseException:
+        progress.abort()
+        raise
     if result is None:
         raise Cancelled("the edit was cancelled; nothing was written")
     progress.finish(result)
