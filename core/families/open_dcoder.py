@@ -13,7 +13,7 @@ from .dream import QWEN2_SKIP, QWEN2_WEIGHT_MAP, qwen2_config
 
 
 def _special_ids(config: dict, tokenizer) -> dict:
-    ids = hf.special_ids(config, tokenizer, mask_names=("[MASK]", "<|mask|>"), turn_end_names=("<|im_end|>",))
+    ids = hf.special_ids(config, tokenizer, mask_names=("[MASK]", "<|mask|>", "<mask>"), turn_end_names=("<|im_end|>",))
     if ids["mask_id"] is None:
         raise ModelError(
             "config.json says model_type 'qwen2' (the Open-dCoder layout) but neither it nor the tokenizer "
