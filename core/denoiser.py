@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -53,6 +54,11 @@ class Denoiser:
 
     supports_cache = True  # the native backbone can run chunks against a KV cache
 
+    @cached_property
+    def banned_ids(self) -> torch.Tensor:
+        """Ids a slot must never receive: see `banned_token_ids`."""
+        return banned_token_ids(self.tokenizer, self.spec, self.model.cfg.vocab_size).to(self.device)
+
     @torch.inference_mode()
     def logits(
         self,
@@ -86,3 +92,30 @@ class Denoiser:
 
     def new_cache(self, batch: int, length: int) -> KVCache:
         return self.model.new_cache(batch, length)
+
+
+# Control characters a text file never wants from a model (NUL makes it "binary"); tab, LF,
+# CR and form feed stay allowed.
+_CONTROL = {chr(c) for c in range(32) if chr(c) not in "\t\n\r\x0c"} | {"\x7f"}
+
+
+def banned_token_ids(tokenizer: Tokenizer, spec: ModelSpec, vocab_size: int) -> torch.Tensor:
+    """The mask id, special tokens other than pad/eos, ids past the tokenizer, control bytes.
+
+    Proposing the mask itself would leave a slot masked forever; the others would write
+    text no editor wants (a NUL byte turns a source file into a "binary" one).
+    """
+    banned = {spec.mask_id}
+    allowed_special = set(spec.end_ids)
+    special = {i for i in range(min(vocab_size, tokenizer.vocab_size)) if tokenizer.hf.id_to_token(i) is not None
+               and tokenizer.hf.id_to_token(i) in _special_tokens(tokenizer)}
+    banned |= special - allowed_special
+    banned |= set(range(tokenizer.vocab_size, vocab_size))  # padded embedding rows
+    n = min(vocab_size, tokenizer.vocab_size)
+    pieces = tokenizer.hf.decode_batch([[i] for i in range(n)], skip_special_tokens=False)
+    banned |= {i for i, piece in enumerate(pieces) if i not in allowed_special and not _CONTROL.isdisjoint(piece)}
+    return torch.tensor(sorted(banned), dtype=torch.long)
+
+
+def _special_tokens(tokenizer: Tokenizer) -> set[str]:
+    return {t.content for t in tokenizer.hf.get_added_tokens_decoder().values() if t.special}

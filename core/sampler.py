@@ -135,6 +135,7 @@ def denoise(
     device, mask_id = denoiser.device, denoiser.spec.mask_id
     impl = kernels.choose(settings.kernels, device)
     use_cache = settings.cache != "none" and getattr(denoiser, "supports_cache", False)
+    banned = getattr(denoiser, "banned_ids", torch.tensor([mask_id])).to(device)
     generator = torch.Generator(device=device).manual_seed(settings.seed)
     if canvas.rows:  # candidates: each row its own start, each sampled `samples` times
         x = torch.tensor(canvas.rows, device=device).repeat_interleave(settings.samples, dim=0)  # [B, T]
@@ -191,6 +192,7 @@ def denoise(
                 logits = denoiser.logits(x, want=block)  # [B, P, V]
 
             V = logits.shape[-1]
+            logits[..., banned] = float("-inf")  # never propose the mask, control bytes, stray specials
             proposal, p_token, ranking = kernels.propose_and_score(
                 logits.reshape(-1, V), settings.temperature, settings.top_k, settings.top_p, settings.policy, generator, impl
             )

@@ -190,3 +190,26 @@ def test_one_block_single_step_is_identical_with_and_without_cache(tiny_denoiser
     a = apply_edit(tiny_denoiser, TEXT, spans, SamplerSettings(cache="none", steps=1, schedule="fixed"))
     b = apply_edit(tiny_denoiser, TEXT, spans, SamplerSettings(cache="dual", steps=1, schedule="fixed"))
     assert a.text == b.text
+
+
+def test_mask_and_control_bytes_are_never_proposed(tiny_denoiser):
+    """A model that loves the mask token and NUL still writes neither into the text."""
+    tok, spec = tiny_denoiser.tokenizer, tiny_denoiser.spec
+    nul = tok.encode("\x00")[0]
+    letter = tok.encode("q")[0]
+
+    class Stubborn:
+        def __init__(self, inner):
+            self.spec, self.tokenizer, self.max_len, self.device = inner.spec, inner.tokenizer, inner.max_len, inner.device
+            self.banned_ids = inner.banned_ids
+
+        def logits(self, ids, want=None, run=None, cache=None):
+            out = torch.full((*ids.shape, tok.vocab_size), -5.0)
+            out[..., spec.mask_id] = 9.0
+            out[..., nul] = 8.0
+            out[..., letter] = 1.0
+            return out if want is None else out[:, want]
+
+    assert spec.mask_id in tiny_denoiser.banned_ids.tolist() and nul in tiny_denoiser.banned_ids.tolist()
+    result = apply_edit(Stubborn(tiny_denoiser), TEXT, [Span(4, 7, max_tokens=5)])
+    assert result.spans[0].text == "qqqqq"
