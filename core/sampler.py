@@ -192,7 +192,7 @@ def denoise(
                 logits = denoiser.logits(x, want=block)  # [B, P, V]
 
             V = logits.shape[-1]
-            logits[..., banned] = float("-inf")  # never propose the mask, control bytes, stray specials
+            logits = logits.index_fill(-1, banned, float("-inf"))  # never propose the mask, control bytes, stray specials
             proposal, p_token, ranking = kernels.propose_and_score(
                 logits.reshape(-1, V), settings.temperature, settings.top_k, settings.top_p, settings.policy, generator, impl
             )
