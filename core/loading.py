@@ -128,8 +128,8 @@ def load_denoiser(
 ) -> Denoiser:
     """Load a checkpoint directory (default: the embedded model) onto `device`.
 
-    With a `device_map` (module name -> device, see placement.py) the model is spread
-    over several devices by accelerate instead; `device` is then the main device.
+    With a `device_map` (module name -> GPU index, "cpu" or "disk"; see placement.py) the
+    model is spread over those devices by accelerate instead, run from the embedding's device.
     """
     path = Path(path) if path is not None else embedded_model_path()
     config = read_config(path)
@@ -157,7 +157,7 @@ def load_denoiser(
     if device_map is not None:
         from .placement import dispatch
 
-        model = dispatch(model, state, device_map, dtype, torch_device)
+        model = dispatch(model, state, device_map, dtype)
     else:
         state = {k: v.to(device=torch_device, dtype=dtype) for k, v in state.items()}
         model.load_state_dict(state, strict=not cfg.tie_embeddings, assign=True)

@@ -64,8 +64,9 @@ class DevicePlan:
 
     @property
     def main_device(self) -> torch.device:
-        gpus = [d for d in self.device_map.values() if isinstance(d, int)]
-        return torch.device(f"cuda:{min(gpus)}") if gpus else torch.device("cpu")
+        """The embedding's device: the denoiser keeps its canvas and sampler tensors there."""
+        where = self.device_map.get("embed", self.device_map.get(""))
+        return torch.device(f"cuda:{where}") if isinstance(where, int) else torch.device("cpu")
 
     def execution_device(self, module: str) -> torch.device:
         """Where a module's computation runs: its GPU, or the main device when offloaded."""
@@ -108,6 +109,30 @@ def _compact(modules: list[str]) -> str:
     return ", ".join(out)
 
 
+def normalise(device_map: dict[str, int | str], cfg: ModelConfig) -> dict[str, int | str]:
+    """One entry per top-level module and per block, the embedding never offloaded.
+
+    accelerate may answer {"": "disk"} or {"layers": 1}; the sampler's tensors live on the
+    embedding's device, so the embedding (and a head tied to it) goes to the first GPU of
+    the plan, or stays on the CPU when there is none.
+    """
+    modules = ["embed", *(f"layers.{i}" for i in range(cfg.n_layers)), "norm", "output"]
+    out: dict[str, int | str] = {}
+    for module in modules:
+        name = module
+        while name not in device_map and name:
+            name = name.rsplit(".", 1)[0] if "." in name else ""
+        if name not in device_map:
+            raise ModelError(f"the device map places no device for {module}")
+        out[module] = device_map[name]
+    gpus = sorted(d for d in out.values() if isinstance(d, int))
+    if not isinstance(out["embed"], int):
+        out["embed"] = gpus[0] if gpus else "cpu"
+    if cfg.tie_embeddings:
+        out["output"] = out["embed"]
+    return out
+
+
 def available_memory(reserve: float = 0.9) -> dict[int | str, int]:
     """Free memory per GPU (a share kept for activations) and the host's available RAM."""
     out: dict[int | str, int] = {}
@@ -140,7 +165,7 @@ def plan(cfg: ModelConfig, dtype: torch.dtype, max_memory: dict[int | str, int] 
     max_memory = dict(max_memory) if max_memory is not None else available_memory()
     device_map = infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=NO_SPLIT, dtype=dtype)
     sizes = dict(compute_module_sizes(model, dtype=dtype))
-    return DevicePlan(dict(device_map), sizes)
+    return DevicePlan(normalise(device_map, cfg), sizes)
 
 
 def fits_one_device(cfg: ModelConfig, dtype: torch.dtype, free_bytes: int, headroom: float = 1.2) -> bool:
@@ -152,10 +177,11 @@ def fits_one_device(cfg: ModelConfig, dtype: torch.dtype, free_bytes: int, headr
     return compute_module_sizes(model, dtype=dtype)[""] * headroom <= free_bytes
 
 
-def dispatch(model: Transformer, state: dict[str, torch.Tensor], device_map: dict[str, int | str], dtype: torch.dtype, main_device: torch.device) -> Transformer:
+def dispatch(model: Transformer, state: dict[str, torch.Tensor], device_map: dict[str, int | str], dtype: torch.dtype) -> Transformer:
     """Assign `state` into the meta-built `model` and spread it over `device_map`'s devices."""
     from accelerate import dispatch_model
 
+    device_map = normalise(device_map, model.cfg)
     sizes: dict[str, int] = {}
     placed = {}
     for key, tensor in state.items():
@@ -164,9 +190,8 @@ def dispatch(model: Transformer, state: dict[str, torch.Tensor], device_map: dic
         placed[key] = tensor.to(device=f"cuda:{where}" if isinstance(where, int) else "cpu", dtype=dtype)
         sizes[module] = sizes.get(module, 0) + placed[key].nbytes
     plan_ = DevicePlan(dict(device_map), sizes)
-    # accelerate compares the main device with the string "cpu" to decide what is offloaded
-    main = plan_.main_device if plan_.main_device.type == "cuda" else torch.device(main_device)
-    main_arg = "cpu" if main.type == "cpu" else main
+    main = plan_.main_device
+    main_arg = "cpu" if main.type == "cpu" else main  # accelerate compares with the string "cpu"
     cfg = model.cfg
     model.load_state_dict(placed, strict=not cfg.tie_embeddings, assign=True)
     if cfg.tie_embeddings:
