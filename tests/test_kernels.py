@@ -42,6 +42,15 @@ def test_fused_confidence_matches_reference_gumbel(M, V):
     torch.testing.assert_close(p, logits.softmax(-1).gather(-1, want[:, None]).squeeze(-1))
 
 
+def test_fused_confidence_with_banned_ids():
+    logits = torch.randn(6, 700)
+    logits[:, [0, 5, 699]] = float("-inf")  # the sampler bans ids this way
+    tokens, p, margin, neg_entropy = triton_step.fused_confidence(logits, None, 0.0)
+    g = torch.Generator().manual_seed(0)
+    assert torch.isfinite(neg_entropy).all() and torch.isfinite(margin).all()
+    torch.testing.assert_close(neg_entropy, R.score(logits, tokens, "entropy", g)[0].float(), atol=2e-5, rtol=1e-4)
+
+
 def test_fused_confidence_bf16_input():
     logits = torch.randn(4, 300).to(torch.bfloat16)
     tokens, p, _, _ = triton_step.fused_confidence(logits, None, 0.0)
