@@ -45,7 +45,7 @@ def _fused_confidence_kernel(
         scale = tl.exp(m - new_m)
         e = tl.where(valid, tl.exp(x - new_m), 0.0)
         s = s * scale + tl.sum(e, axis=0)
-        t = t * scale + tl.sum(tl.where(e > 0.0, e * x, 0.0), axis=0)  # no 0 * -inf from padding or banned ids
+        t = t * scale + tl.sum(e * tl.where(e > 0.0, x, 0.0), axis=0)  # no 0 * -inf from padding or banned ids
         m = new_m
         # Top two logits: merge the chunk's best two with the running pair.
         c1_idx = tl.argmax(x, axis=0, tie_break_left=True)
