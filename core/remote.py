@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .denoiser import ModelSpec
+from .denoiser import ModelSpec, banned_token_ids
 from .errors import ModelError
 from .families import hf
 from .loading import default_dtype, read_config
@@ -47,12 +47,18 @@ class RemoteDenoiser:
         self.tokenizer = tokenizer
         self.spec = spec
         self.max_len = max_len
-        vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else None
-        spec.check(vocab or getattr(model.config, "vocab_size", None) or tokenizer.vocab_size)
+        head = model.get_output_embeddings()
+        self.vocab_size = (head.weight.shape[0] if head is not None else None) or getattr(model.config, "vocab_size", None) or tokenizer.vocab_size
+        spec.check(self.vocab_size)
 
     @property
     def device(self) -> torch.device:
         return self.model.get_input_embeddings().weight.device
+
+    @property
+    def banned_ids(self) -> torch.Tensor:
+        """Ids a slot must never receive, as for native models (mask, stray specials, control bytes)."""
+        return banned_token_ids(self.tokenizer, self.spec, self.vocab_size).to(self.device)
 
     @torch.inference_mode()
     def logits(self, x: torch.Tensor, want: torch.Tensor | None = None, run: torch.Tensor | None = None, cache=None) -> torch.Tensor:

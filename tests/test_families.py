@@ -321,6 +321,7 @@ def test_remote_code_runs_only_on_opt_in(toy_remote, monkeypatch, tmp_path, caps
         load_remote(toy_remote, trust_remote_code=False)
     den = load_remote(toy_remote, trust_remote_code=True, shift_logits=True)
     assert den.spec.family == "remote:toy-diffusion" and den.spec.mask_id == den.tokenizer.token_id("<|mask|>")
+    assert den.spec.mask_id in den.banned_ids.tolist() and den.spec.eos_id not in den.banned_ids.tolist()
     raw = den.model(input_ids=IDS).logits
     assert torch.equal(den.logits(IDS), shift(raw))
     src = tmp_path / "a.py"
