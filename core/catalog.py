@@ -13,7 +13,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import families
 from .errors import ModelError
 from .families.hf import TOKENIZER_CONFIG_KEY, read_tokenizer_config
 from .loading import embedded_model_path, model_config, read_config, weight_files
@@ -159,6 +158,3 @@ def human_count(n: int) -> str:
             return f"{n / size:.1f}{unit}"
     return str(n)
 
-
-def known_family_names() -> list[str]:
-    return families.known_families()

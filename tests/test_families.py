@@ -338,6 +338,17 @@ def sharpen(*args):
     return subprocess.run([sys.executable, "-m", "sharpen.app.cli", *map(str, args)], capture_output=True, timeout=300)
 
 
+def sharpen_together(*runs):
+    """Several CLI processes at once (their torch imports overlap); CompletedProcess-like results."""
+    procs = [subprocess.Popen([sys.executable, "-m", "sharpen.app.cli", *map(str, a)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for a in runs]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        results.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return results
+
+
 def one_line_exit_4(out) -> str:
     lines = out.stderr.decode().strip().splitlines()
     assert out.returncode == 4 and len(lines) == 1 and lines[0].startswith("sharpen: "), (out.returncode, lines)
@@ -345,22 +356,25 @@ def one_line_exit_4(out) -> str:
     return lines[0]
 
 
-def test_cli_errors_are_one_line_and_exit_4(ckpt, toy_remote, tmp_path):
+def test_cli_errors_are_one_line_and_exit_4(ckpt, toy_remote, tmp_path, capsys):
+    from sharpen.app.cli import main
+
     src = tmp_path / "a.py"
     src.write_text(TEXT)
     truncated = shutil.copytree(ckpt["llada"], tmp_path / "truncated")
     shard = sorted(truncated.glob("model-*.safetensors"))[1]
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
-    assert "corrupt or truncated weights file model-00002-of-00003.safetensors" in one_line_exit_4(
-        sharpen(src, "--apply-edit", "1-1", "--model", truncated))
     unknown = shutil.copytree(ckpt["dream"], tmp_path / "unknown")
     config = json.loads((unknown / "config.json").read_text())
     config.pop("auto_map")
     (unknown / "config.json").write_text(json.dumps({**config, "model_type": "mamba-diffusion"}))
-    line = one_line_exit_4(sharpen(src, "--apply-edit", "1-1", "--model", unknown))
+    runs = sharpen_together((src, "--apply-edit", "1-1", "--model", truncated), (src, "--apply-edit", "1-1", "--model", unknown))
+    assert "corrupt or truncated weights file model-00002-of-00003.safetensors" in one_line_exit_4(runs[0])
+    line = one_line_exit_4(runs[1])
     assert "unknown model family (config.json model_type='mamba-diffusion'); known: dream, llada, open-dcoder, sharpen" in line
-    line = one_line_exit_4(sharpen(src, "--apply-edit", "1-1", "--model", toy_remote))
-    assert "pass --trust-remote-code if you trust it" in line
+    assert main([str(src), "--apply-edit", "1-1", "--model", str(toy_remote)]) == 4  # in-process: saves a torch import
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pass --trust-remote-code if you trust it" in err[0]
     assert src.read_text() == TEXT
 
 
