@@ -35,12 +35,14 @@ BINDINGS = [
     Binding("alt+i", "infill", "Infill", id="infill", tooltip="Infill the selection, or fill at the cursor"),
     Binding("alt+r", "rewrite", "Rewrite", id="rewrite"),
     Binding("alt+m", "mark_region", "Mark", id="mark-region"),
-    Binding("alt+f", "fill_marked", "Fill marked", id="fill-marked"),
+    Binding("alt+a", "fill_marked", "Fill marked", id="fill-marked"),  # not alt+f: terminals send it as ctrl+right
     Binding("alt+c", "clear_marks", "Clear marks", id="clear-marks", show=False),
     Binding("tab", "accept", "Accept", id="accept", priority=True),
     Binding("escape", "cancel_or_reject", "Cancel/Reject", id="cancel", priority=True),
-    Binding("alt+right_square_bracket", "cycle(1)", "Next alt.", id="next-alternative", priority=True),
-    Binding("alt+left_square_bracket", "cycle(-1)", "Prev alt.", id="previous-alternative", priority=True),
+    # Alt+] / Alt+[ need a terminal that reports them unambiguously (kitty protocol); in tmux
+    # they arrive as ESC ] / ESC [, so Alt+N / Alt+P do the same everywhere.
+    Binding("alt+right_square_bracket,alt+n", "cycle(1)", "Next alt.", id="next-alternative", priority=True),
+    Binding("alt+left_square_bracket,alt+p", "cycle(-1)", "Prev alt.", id="previous-alternative", priority=True),
     Binding("alt+equals_sign", "strength(0.1)", "Stronger", id="rewrite-stronger", show=False),
     Binding("alt+minus", "strength(-0.1)", "Weaker", id="rewrite-weaker", show=False),
     Binding("ctrl+s", "save", "Save", id="save"),
@@ -80,6 +82,7 @@ class SharpenApp(FileActions, App):
         self.strength = config.rewrite_strength
         self.load_model_on_start = load_model_on_start
         self._buffer_ids = 0
+        self._footer_phase = IDLE
         if config.keymap:
             self.set_keymap(config.keymap)
 
@@ -138,7 +141,9 @@ class SharpenApp(FileActions, App):
     def refresh_tab_label(self, pane: EditorPane) -> None:
         tab_id = pane.id.replace("buffer-", "tab-")
         label = pane.editor.buffer.name + (" ●" if pane.editor.dirty else "")
-        self.query_one(TabbedContent).get_tab(tab_id).label = label
+        tab = self.query_one(TabbedContent).get_tab(tab_id)
+        if str(tab.label) != label:  # a new label re-lays out the tab bar: only when it changes
+            tab.label = label
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         pane = self.active_pane()
@@ -307,13 +312,15 @@ class SharpenApp(FileActions, App):
         self.push_screen(HelpScreen(rows, "Rebind in the config file's [keymap] table: binding-id = \"key\". Esc closes."))
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        # Tab and the alternative keys belong to the preview; elsewhere they go to the editor.
+        # Tab, Esc and the alternative keys belong to the preview; elsewhere they go to the editor.
+        if action in ("accept", "cancel_or_reject", "cycle") and self.screen is not self.screen_stack[0]:
+            return False  # a dialog is open: its own Esc must close it
         pane = self.active_pane() if self.is_mounted else None
         phase = pane.phase if pane is not None else IDLE
         if action == "accept":
             return phase != IDLE
         if action == "cycle":
-            return phase == PREVIEW
+            return phase == PREVIEW and pane.edit_run is not None and pane.edit_run.alternatives > 1
         return True
 
     # -- palette, keys, status ----------------------------------------------------------
@@ -332,7 +339,9 @@ class SharpenApp(FileActions, App):
     def on_editor_pane_state_changed(self, message: EditorPane.StateChanged) -> None:
         if message.pane is self.active_pane():
             self.update_status()
-        self.refresh_bindings()
+        if message.pane.phase != self._footer_phase:  # the footer's keys depend on the phase only
+            self._footer_phase = message.pane.phase
+            self.refresh_bindings()
 
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
         pane = event.text_area.parent

@@ -24,6 +24,10 @@ def indent_type_of(text: str) -> str:
     return "tabs" if tabs > sum(line.startswith(" ") for line in lines) else "spaces"
 
 
+def _is_command_key(key: str) -> bool:
+    return key.startswith(("alt+", "ctrl+", "super+"))
+
+
 class EditorArea(TextArea):
     """The buffer's TextArea: syntax highlighting, line numbers, marks, dirty state."""
 
@@ -87,9 +91,15 @@ class EditorArea(TextArea):
         self.dirty = False
 
     def check_consume_key(self, key: str, character: str | None = None) -> bool:
-        if key == "tab" and self.yield_tab:
+        if (key == "tab" and self.yield_tab) or _is_command_key(key):
             return False
         return super().check_consume_key(key, character)
+
+    async def _on_key(self, event) -> None:
+        # Terminals send Alt+I as ESC i, which arrives with a printable character: without this
+        # the TextArea would type "i" over the selection instead of running the Infill binding.
+        if _is_command_key(event.key):
+            event.prevent_default()
 
     # -- edits --------------------------------------------------------------------------
 

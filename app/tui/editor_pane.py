@@ -126,8 +126,9 @@ class EditorPane(Container):
         self._set_phase(IDLE)  # before the edit, so before_change sees nothing to interrupt
         editor = self.editor
         editor.history.checkpoint()
-        editor.replace(segment, editor.location_of(first), editor.location_of(last))
+        result = editor.replace(segment, editor.location_of(first), editor.location_of(last))
         editor.history.checkpoint()
+        editor.move_cursor(result.end_location)
         editor.clear_marks()
         self.notice = f"accepted {sum(len(t) for t in texts)} characters (undo restores)"
         self._announce()

@@ -13,7 +13,6 @@ class StatusBar(Widget):
 
     DEFAULT_CSS = """
     StatusBar {
-        dock: bottom;
         height: 1;
         background: $panel;
         color: $foreground;

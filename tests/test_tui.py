@@ -1,0 +1,286 @@
+"""Pilot tests of the editor: every flow a person uses, on a tiny random checkpoint.
+
+The model is random, so the tests check where text changes and how the UI behaves (preview,
+one undo step, untouched buffers), never what the model wrote.
+"""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from sharpen.app.config import Config, Sampling, parse_config
+from sharpen.app.tui.commands import COMMANDS
+from sharpen.app.tui.confirm_screen import ConfirmScreen
+from sharpen.app.tui.editor_app import SharpenApp
+from sharpen.app.tui.editor_pane import IDLE, PREVIEW, RUNNING
+from sharpen.app.tui.messages import ModelLoaded
+from sharpen.app.tui.themes import load_themes
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "fizzbuzz.py"
+FAST = Config(sampling=Sampling(steps=4), frame_rate=60)
+SLOW = Config(sampling=Sampling(steps=8), min_step_ms=250)  # a run that lasts long enough to interrupt
+SIZE = (100, 32)
+
+
+@pytest.fixture
+def example(tmp_path) -> Path:
+    path = tmp_path / "fizzbuzz.py"
+    path.write_bytes(EXAMPLE.read_bytes())
+    return path
+
+
+def make_app(files, config=FAST) -> SharpenApp:
+    return SharpenApp([Path(f) for f in files], config, load_themes(None), load_model_on_start=False)
+
+
+async def wait_for(pilot, predicate, timeout: float = 20.0) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if predicate():
+            await pilot.pause()  # let the messages posted on the way be handled
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("timed out waiting for the app")
+
+
+async def with_model(app, pilot, denoiser) -> None:
+    app.post_message(ModelLoaded(denoiser, "cpu", 0.0))
+    await wait_for(pilot, lambda: app.denoiser is not None)
+
+
+def select_line(editor, row: int) -> None:
+    editor.selection = ((row, 4), (row, len(editor.document.lines[row])))
+
+
+async def test_open_files_in_tabs_with_language_and_status(example, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("plain words\n")
+    app = make_app([example, notes])
+    async with app.run_test(size=SIZE) as pilot:
+        panes = app.panes()
+        assert [p.editor.buffer.name for p in panes] == ["fizzbuzz.py", "notes.txt"]
+        assert panes[0].editor.language == "python" and panes[1].editor.language is None
+        assert app.active_pane() is panes[1]
+        await pilot.press("alt+comma")
+        assert app.active_pane() is panes[0]
+        assert app.status.file_name == "fizzbuzz.py" and app.status.language == "python"
+        await pilot.press("x")
+        assert app.status.dirty and panes[0].editor.dirty
+
+
+async def test_infill_preview_then_tab_accepts_as_one_undo_step(example, tiny_denoiser):
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        await with_model(app, pilot, tiny_denoiser)
+        editor = app.active_pane().editor
+        original = editor.text
+        select_line(editor, 4)
+        start, end = editor.selected_offsets()
+        await pilot.press("alt+i")
+        pane = app.active_pane()
+        assert pane.phase in (RUNNING, PREVIEW) and pane.preview.display
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        assert editor.text == original  # the preview is a layer, not an edit
+        assert pane.preview.text != "" and "Tab accepts" in app.status.run
+        await pilot.press("tab")
+        assert pane.phase == IDLE and not pane.preview.display
+        new = editor.buffer_text
+        assert new[:start] == original[:start] and new.endswith(original[end:])
+        editor.undo()
+        assert editor.text == original  # one undo restores everything
+
+
+async def test_escape_rejects_a_preview_and_the_buffer_is_identical(example, tiny_denoiser):
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        await with_model(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        original, undo_depth = pane.editor.text, len(pane.editor.history.undo_stack)
+        select_line(pane.editor, 6)
+        await pilot.press("alt+i")
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        await pilot.press("escape")
+        assert pane.phase == IDLE and pane.editor.text == original
+        assert len(pane.editor.history.undo_stack) == undo_depth
+
+
+async def test_escape_cancels_a_running_edit_at_once(example, tiny_denoiser):
+    app = make_app([example], SLOW)
+    async with app.run_test(size=SIZE) as pilot:
+        await with_model(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        original = pane.editor.text
+        select_line(pane.editor, 4)
+        await pilot.press("alt+i")
+        await pilot.pause(0.3)
+        run = pane.edit_run
+        assert pane.phase == RUNNING
+        await pilot.press("escape")
+        assert pane.phase == IDLE and run.stop.is_set() and pane.editor.text == original
+        await app.workers.wait_for_complete()  # the thread stops between two steps
+        assert pane.phase == IDLE and pane.editor.text == original
+
+
+async def test_typing_during_a_run_cancels_it_and_types(example, tiny_denoiser):
+    app = make_app([example], SLOW)
+    async with app.run_test(size=SIZE) as pilot:
+        await with_model(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        pane.editor.move_cursor((1, 0))
+        original = pane.editor.buffer_text
+        await pilot.press("alt+i")  # no selection: fill a gap at the cursor
+        assert pane.edit_run.spans[0].max_tokens == FAST.infill_tokens
+        await pilot.press("x")
+        assert pane.phase == IDLE
+        await app.workers.wait_for_complete()
+        assert pane.editor.buffer_text == original[: original.index("\n") + 1] + "x" + original[original.index("\n") + 1:]
+
+
+async def test_rewrite_uses_the_strength_and_accepts(example, tiny_denoiser):
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        await with_model(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        select_line(pane.editor, 10)
+        await pilot.press("alt+equals_sign")  # stronger: 0.5 -> 0.6
+        await pilot.press("alt+r")
+        span = pane.edit_run.spans[0]
+        assert span.mode == "rewrite" and span.strength == pytest.approx(0.6) and span.instruction is None
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        await pilot.press("tab")
+        assert pane.phase == IDLE
+
+
+async def test_mark_two_regions_and_fill_them_in_one_run(example, tiny_denoiser):
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        await with_model(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        editor = pane.editor
+        original = editor.buffer_text
+        select_line(editor, 5)
+        first = editor.selected_offsets()
+        await pilot.press("alt+m")
+        select_line(editor, 9)
+        second = editor.selected_offsets()
+        await pilot.press("alt+m")
+        assert editor.marks == [first, second] and app.status.marks == 2
+        await pilot.press("alt+a")
+        assert [(s.start, s.end) for s in pane.edit_run.spans] == [first, second]  # one run, both spans
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        await pilot.press("tab")
+        new = editor.buffer_text
+        assert new[: first[0]] == original[: first[0]] and new.endswith(original[second[1]:])
+        assert original[first[1]: second[0]] in new  # the text between the spans is kept
+        assert editor.marks == []
+        editor.undo()
+        assert editor.buffer_text == original
+
+
+async def test_save_keeps_bom_and_crlf(tmp_path):
+    path = tmp_path / "windows.py"
+    path.write_bytes(b"\xef\xbb\xbfa = 1\r\nb = 2\r\n")
+    app = make_app([path])
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        editor.move_cursor((1, 5))
+        await pilot.press("0")
+        await pilot.press("ctrl+s")
+        assert not editor.dirty and app.status.dirty is False
+    assert path.read_bytes() == b"\xef\xbb\xbfa = 1\r\nb = 20\r\n"
+
+
+async def test_quit_with_unsaved_changes_asks_first(example):
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("x")
+        await pilot.press("ctrl+q")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("escape")  # cancel: still editing
+        assert not isinstance(app.screen, ConfirmScreen) and app.is_running
+        await pilot.press("ctrl+q")
+        await pilot.click("#discard")
+        await pilot.pause()
+        assert not app.is_running
+    assert example.read_bytes() == EXAMPLE.read_bytes()
+
+
+async def test_palette_has_every_command_and_runs_infill(example, tiny_denoiser):
+    titles = {c.title for c in COMMANDS}
+    assert {"Infill", "Rewrite", "Mark region", "Fill marked", "Accept", "Reject", "Cancel", "Save"} <= titles
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        await with_model(app, pilot, tiny_denoiser)
+        select_line(app.active_pane().editor, 4)
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Infill")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        pane = app.active_pane()
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+
+
+async def test_keymap_from_config_rebinds_by_id(example, tiny_denoiser):
+    config = parse_config('[sampling]\nsteps = 4\n[keymap]\ninfill = "f5"\n')
+    app = make_app([example], config)
+    async with app.run_test(size=SIZE) as pilot:
+        await with_model(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        select_line(pane.editor, 4)
+        await pilot.press("alt+i")
+        assert pane.phase == IDLE  # the old key no longer runs Infill
+        await pilot.press("f5")
+        assert pane.phase in (RUNNING, PREVIEW)
+        assert app.keys_for("infill") == "f5"
+
+
+async def test_model_loads_in_the_background(example, tiny_model_dir):
+    app = SharpenApp([example], Config(model=str(tiny_model_dir), device="cpu"), load_themes(None))
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.status.model == "loading model…"  # the first screen does not wait for torch
+        await wait_for(pilot, lambda: app.denoiser is not None, timeout=60)
+        assert app.status.model == "tiny-random" and app.status.device == "cpu"
+
+
+async def test_a_model_that_fails_to_load_leaves_a_working_editor(example, tmp_path):
+    app = SharpenApp([example], Config(model=str(tmp_path / "missing")), load_themes(None))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model_error is not None, timeout=60)
+        assert app.status.model == "model unavailable" and app.status.model_failed
+        await pilot.press("alt+i")
+        assert app.active_pane().phase == IDLE
+        await pilot.press("y")
+        assert app.active_pane().editor.text.startswith("y")
+
+
+async def test_help_screen_lists_keys(example):
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f1")
+        table = app.screen.query_one("DataTable")
+        commands = [table.get_row_at(i)[1] for i in range(table.row_count)]
+        assert "Fill marked" in commands and "Infill" in commands
+        await pilot.press("escape")
+
+
+def test_snapshot_file_open(example, snap_compare):
+    async def settle(pilot):
+        pilot.app.status.model, pilot.app.status.device = "tiny-random", "cpu"
+        await pilot.pause()
+
+    assert snap_compare(make_app([EXAMPLE]), terminal_size=SIZE, run_before=settle)
+
+
+def test_snapshot_marked_regions(snap_compare):
+    async def mark(pilot):
+        app = pilot.app
+        app.status.model, app.status.device = "tiny-random", "cpu"
+        editor = app.active_pane().editor
+        for row in (5, 9):
+            select_line(editor, row)
+            await pilot.press("alt+m")
+        editor.move_cursor((0, 0))
+        await pilot.pause()
+
+    assert snap_compare(make_app([EXAMPLE]), terminal_size=SIZE, run_before=mark)
