@@ -1,0 +1,87 @@
+"""The editor's pure parts: preview layout, line-ending restore, config and theme files."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sharpen.app.config import Config, load_config, merge_args, parse_config
+from sharpen.app.tui.buffer_file import BufferFile, restore_line_endings, split_endings
+from sharpen.app.tui.preview import DOUBTFUL, MASK_GLYPH, MASKED, SURE, UNSURE, Piece, compose, span_pieces
+from sharpen.app.tui.themes import load_themes, parse_theme
+from sharpen.core.errors import UsageError
+
+
+def test_span_pieces_show_masks_hide_pad_and_grade_confidence():
+    decode = lambda ids: [chr(ord("a") + i) for i in ids]  # noqa: E731
+    pieces = span_pieces((0, None, 9, 1, 2), (0.95, 0.1, 0.99, 0.6, 0.2), decode, end_ids={9})
+    assert pieces == [Piece("a", SURE), Piece(MASK_GLYPH, MASKED), Piece("b", UNSURE), Piece("c", DOUBTFUL)]
+
+
+def test_compose_splices_pieces_and_styles_each_line():
+    text = "one\ntwo three\nfour\n"
+    layout = compose(text, [(4, 7), (14, 18)], [[Piece("2\n2", SURE)], [Piece(MASK_GLYPH * 2, MASKED)]])
+    assert layout.text == "one\n2\n2 three\n░░\n"
+    assert layout.styles_for(1) == [(0, 1, SURE)]
+    assert layout.styles_for(2) == [(0, 1, SURE)]
+    assert layout.styles_for(3) == [(0, 2, MASKED)]
+    assert layout.span_rows == (1, 3)
+
+
+@given(st.lists(st.sampled_from(["a", "b", "\n", "\r\n", "\r", "\x0c", "é"]), max_size=30))
+def test_an_unchanged_buffer_saves_byte_for_byte(parts):
+    text = "".join(parts)
+    lines, _ = split_endings(text)
+    assert restore_line_endings(text, lines) == text
+
+
+def test_edited_lines_keep_their_neighbours_endings():
+    original = "a\r\nb\nc\r\n"
+    lines, _ = split_endings(original)
+    lines[1] = "B"
+    assert restore_line_endings(original, lines) == "a\r\nB\nc\r\n"
+    crlf = "x\r\ny\r\n"
+    assert restore_line_endings(crlf, ["x", "new", "y", ""]) == "x\r\nnew\r\ny\r\n"
+
+
+def test_buffer_file_save_keeps_bom(tmp_path):
+    path = tmp_path / "f.txt"
+    path.write_bytes(b"\xef\xbb\xbfhi\r\n")
+    buffer = BufferFile.open(path)
+    buffer.save(["hi there", ""])
+    assert path.read_bytes() == b"\xef\xbb\xbfhi there\r\n"
+
+
+def test_config_parses_every_section_and_names_errors(tmp_path):
+    config = parse_config('model = "/m"\ntheme = "sharpen-light"\n[sampling]\nsteps = 12\npolicy = "margin"\n[keymap]\ninfill = "f5"\n')
+    assert (config.model, config.theme, config.sampling.steps, config.sampling.policy) == ("/m", "sharpen-light", 12, "margin")
+    assert config.keymap == {"infill": "f5"}
+    with pytest.raises(UsageError, match="unknown setting 'stpes'"):
+        parse_config("[sampling]\nstpes = 3\n")
+    with pytest.raises(UsageError, match="unknown policy"):
+        parse_config('[sampling]\npolicy = "loudest"\n')
+    with pytest.raises(UsageError, match="not found"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_command_line_options_win_over_the_config():
+    from sharpen.app.cli import build_parser
+
+    parser = build_parser()
+    defaults = {a.dest: a.default for a in parser._actions}
+    config = Config(device="cuda", sampling=parse_config("[sampling]\nsteps = 9\nseed = 4\n").sampling)
+    merged = merge_args(config, parser.parse_args(["f.py", "--steps", "3", "--theme", "sharpen-dusk"]), defaults)
+    assert (merged.sampling.steps, merged.sampling.seed, merged.device, merged.theme) == (3, 4, "cuda", "sharpen-dusk")
+
+
+def test_shipped_and_user_themes_load(tmp_path):
+    (tmp_path / "mine.toml").write_text('name = "mine"\ndark = false\n[colors]\nprimary = "#123456"\n')
+    themes = load_themes(tmp_path)
+    assert {"sharpen-dark", "sharpen-light", "sharpen-dusk", "mine"} <= set(themes)
+    assert themes["sharpen-light"].app_theme.dark is False
+    assert "keyword.return" in themes["sharpen-dark"].syntax.syntax_styles  # groups expand to tree-sitter names
+    assert "string" in themes["mine"].syntax.syntax_styles  # derived from the palette when [syntax] is missing
+    with pytest.raises(UsageError, match="colors.primary"):
+        parse_theme('[colors]\nprimary = "not a colour"\n', Path("bad.toml"))
