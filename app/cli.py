@@ -22,6 +22,8 @@ SPEC_HELP = """SPEC forms (1-based lines and columns, end exclusive):
   L-L, L           whole lines (their content; the last line break stays)
   A,B,...          several spans, filled together in one denoising run
   @edits.json, -   a JSON list of {"range", "mode", "instruction", "max_tokens", "strength"}
+  body@L, node@L:C the body of the function/block at line L ("Fill body"); the syntax node at L:C
+                   (also expr@, stmt@, block@, func@; see app/syntax_specs.py)
 """
 
 
@@ -78,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--top-p", type=float, metavar="P")
     model.add_argument("--samples", type=int, default=1, metavar="N", help="alternatives denoised together (best first)")
     model.add_argument("--context-tokens", type=int, default=1024, metavar="N", help="fixed context around the spans (default 1024)")
+    # Syntax-aware infilling (core/candidates.py, core/length.py; wired in app/syntax_specs.py).
+    model.add_argument("--candidates", type=int, default=1, metavar="N", help="N candidate lengths per infill span in one batch, ranked by parse validity then confidence (default 1: off)")
+    model.add_argument("--length", default="fixed", choices=("fixed", "adaptive"), help="adaptive: re-run with a longer span while the model fills it up (default fixed)")
     return parser
 
 

@@ -24,6 +24,7 @@ from ..core.errors import Cancelled, InputError, UsageError
 from ..core.files import MAX_FILE_BYTES, TextFile, check_writable, decode_bytes, read_text_file, save_text_file
 from ..core.spans import Span, validate_spans
 from .specs import LineIndex, format_range, parse_edit_list, parse_spec
+from .syntax_specs import colour_diff, edit_options
 
 MAX_EDIT_LIST_BYTES = 16 * 2**20
 MAX_SAMPLES = 64  # alternatives are one batch: more would only run out of memory
@@ -67,7 +68,7 @@ def read_spans(args: Namespace, source: TextFile) -> list[Span]:
         spans = parse_edit_list(payload, source.text, name)
     else:
         options = {"strength": args.strength, "max_tokens": args.max_tokens, "instruction": args.instruction}
-        spans = parse_spec(spec, source.text, mode=args.mode, **options)
+        spans = parse_spec(spec, source.text, mode=args.mode, path=args.file, **options)
     return validate_spans(source.text, spans)
 
 
@@ -198,6 +199,7 @@ def _run(args: Namespace, denoiser) -> int:
     if args.in_place:
         check_writable(source.path)  # fail now, not after minutes of denoising
     settings = sampler_settings(args)
+    syntax_options = edit_options(args)  # --candidates, --length (app/syntax_specs.py)
 
     from ..core.engine import run_edit  # torch loads here, after input and SPEC are known good
 
@@ -209,7 +211,7 @@ def _run(args: Namespace, denoiser) -> int:
     started = time.perf_counter()
     result = None
     try:
-        for update in run_edit(denoiser, source.text, spans, settings, context_tokens=args.context_tokens):
+        for update in run_edit(denoiser, source.text, spans, settings, context_tokens=args.context_tokens, **syntax_options):
             progress.update(update.frame)
             result = update.result or result
     except BaseException:
@@ -235,7 +237,7 @@ def write_result(args: Namespace, source: TextFile, spans: list[Span], result, d
         diff = difflib.unified_diff(
             source.text.splitlines(keepends=True), result.text.splitlines(keepends=True), f"a/{name}", f"b/{name}"
         )
-        sys.stdout.write("".join(_terminated(diff)))
+        sys.stdout.write(colour_diff("".join(_terminated(diff)), sys.stdout))  # pygments, on a terminal only
     elif args.json:
         index = LineIndex.of(source.text)
         payload = {

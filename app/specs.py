@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..core.errors import SpanError, UsageError
 from ..core.spans import MODES, Span
+from .syntax_specs import syntax_range
 
 # ASCII digits only: \d would also accept e.g. Arabic-Indic digits.
 _POINT = r"([0-9]+):([0-9]+)"
@@ -79,14 +80,16 @@ def parse_range(text_range: str, index: LineIndex, label: str | None = None) -> 
     return start, end
 
 
-def parse_spec(spec: str, text: str, mode: str = "infill", **span_options) -> list[Span]:
+def parse_spec(spec: str, text: str, mode: str = "infill", path: str | None = None, **span_options) -> list[Span]:
     """A comma list of ranges, all with the same mode and options."""
     if not spec.strip():
         raise SpanError("empty SPEC")
     index = LineIndex.of(text)
     spans = []
     for item in spec.split(","):
-        start, end = parse_range(item, index)
+        # Syntax-node forms (body@12, node@12:5, ...): app/syntax_specs.py; `path` names the grammar.
+        found = syntax_range(item, text, index, path)
+        start, end = found if found is not None else parse_range(item, index)
         spans.append(Span(start, end, mode=mode, label=item.strip(), **span_options))
     return spans
 

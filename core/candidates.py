@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from .canvas import Canvas
+from .canvas import DEFAULT_POINT_INFILL, Canvas
 from .spans import Span
 from .syntax import error_count, parse_document
 
@@ -41,6 +41,15 @@ class CandidatePlan:
             raise ValueError("candidate point lengths must be at least 1")
         if self.confidence not in ("content", "slots"):
             raise ValueError(f"unknown confidence {self.confidence!r}; known: content, slots")
+
+
+def plan_for_count(n: int, **options) -> CandidatePlan:
+    """A plan with `n` lengths: scales spread geometrically over 0.5x..2x, points over 8..64 slots."""
+    if n < 2:
+        return CandidatePlan(scales=(1.0,), point_lengths=(DEFAULT_POINT_INFILL,), **options)
+    scales = tuple(round(0.5 * 4 ** (i / (n - 1)), 3) for i in range(n))
+    points = tuple(sorted({round(8 * 8 ** (i / (n - 1))) for i in range(n)}))
+    return CandidatePlan(scales=scales, point_lengths=points, **options)
 
 
 @dataclass(frozen=True)

@@ -294,7 +294,7 @@ def enclosing(doc: SyntaxDoc, start: int, end: int, role: str) -> tuple[int, int
     if role not in ROLES:
         raise ValueError(f"unknown node role {role!r}; known: {', '.join(ROLES)}")
     if doc.tree is None:
-        return _plain_expand(doc.text, start, end) if role != "node" else None
+        return _plain_expand(doc.text, start, end)  # no grammar: the line
     node = _covering(doc, start, end)
     while node is not None and node.parent is not None:  # the root (module) is never a useful answer
         if ROLES[role](node):

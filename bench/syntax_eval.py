@@ -1,0 +1,143 @@
+"""HumanEval-Infilling pass@1 by how an infill's length is chosen: fixed, adaptive, syntax-filtered
+candidates, and the oracle length, on one model.
+
+    .venv/bin/python bench/syntax_eval.py --limit 25                  # the embedded model, 25 items per task
+    .venv/bin/python bench/syntax_eval.py --model DIR --limit 0       # every item (slow on a CPU)
+
+Every method sees the same text: the problem's prompt and suffix with the middle removed and
+the cursor between them, an insertion point, as in an editor where nothing says how long the
+missing code is. Only `oracle` is told the middle's token count. Methods:
+
+  fixed                 one run, the engine's default budget for an insertion point (pad trims it)
+  adaptive              core/length.py: grow the budget while the span fills up with confident tokens
+  candidates            core/candidates.py: a ladder of lengths as rows of one batch, ranked by
+                        "the program still parses" (tree-sitter), then length-normalised confidence
+  candidates-no-syntax  the same rows ranked by confidence only (what the parse check adds)
+  candidates+adaptive   both
+  oracle                one run with exactly the middle's token count
+
+Each completed program (prompt + completion + suffix + tests) runs in a fresh interpreter with
+a timeout (train/evaluate.py's runner). Items are an even spread over each task's file
+(train/evaluate.py's `evenly`), read from ../shared/data/humaneval-infilling, never copied.
+Prints one markdown table; --json keeps the per-item results.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # train/ is a folder of the repo, not an installed package
+
+from sharpen.core.candidates import CandidatePlan  # noqa: E402
+from sharpen.core.canvas import DEFAULT_POINT_INFILL  # noqa: E402
+from sharpen.core.engine import apply_edit  # noqa: E402
+from sharpen.core.loading import load_denoiser  # noqa: E402
+from sharpen.core.sampler import SamplerSettings  # noqa: E402
+from sharpen.core.spans import Span  # noqa: E402
+from sharpen.core.syntax import error_count, parse_document  # noqa: E402
+from train.evaluate import evenly, load_humaneval, passes  # noqa: E402
+
+log = logging.getLogger("syntax_eval")
+
+PYTHON = CandidatePlan(language="python")
+METHODS = {  # name -> (run_edit options, what the table says about its length)
+    "fixed": ({}, f"{DEFAULT_POINT_INFILL} slots (default)"),
+    "adaptive": ({"length": "adaptive"}, "16, x2 while full, <= 3 runs"),
+    "candidates": ({"candidates": PYTHON}, "8/16/32/64 in one batch"),
+    "candidates-no-syntax": ({"candidates": CandidatePlan(language="python", syntax=False)}, "8/16/32/64, confidence only"),
+    "candidates+adaptive": ({"candidates": PYTHON, "length": "adaptive"}, "ladder around 16, grown"),
+    "oracle": ({}, "the middle's token count"),
+}
+DEFAULT_METHODS = "fixed,adaptive,candidates,candidates-no-syntax,oracle"
+
+
+def complete(denoiser, problem: dict, method: str, settings: SamplerSettings, context: int) -> str:
+    """The method's infill for one problem's missing middle."""
+    text = problem["prompt"] + problem["suffix"]
+    point = len(problem["prompt"])
+    options, _ = METHODS[method]
+    max_tokens = None
+    if method == "oracle":
+        max_tokens = max(1, len(denoiser.tokenizer.encode(problem["canonical_solution"])))
+    result = apply_edit(denoiser, text, [Span(point, point, max_tokens=max_tokens)], settings, context_tokens=context, **options)
+    return result.spans[0].text
+
+
+def parses(problem: dict, completion: str) -> bool:
+    return error_count(parse_document(problem["prompt"] + completion + problem["suffix"], "python")) == 0
+
+
+def run_task(denoiser, kind: str, methods: list[str], limit: int | None, settings: SamplerSettings, context: int) -> dict:
+    problems = evenly(load_humaneval(kind), limit)
+    out = {m: {"pass": 0, "parse": 0, "seconds": 0.0, "items": []} for m in methods}
+    started = time.perf_counter()
+    for i, problem in enumerate(problems):
+        tested: dict[str, bool] = {}  # the same completion is run once
+        for method in methods:
+            t0 = time.perf_counter()
+            completion = complete(denoiser, problem, method, settings, context)
+            out[method]["seconds"] += time.perf_counter() - t0
+            if completion not in tested:
+                tested[completion] = passes(problem, completion)
+            ok = tested[completion]
+            out[method]["pass"] += ok
+            out[method]["parse"] += parses(problem, completion)
+            out[method]["items"].append({"task_id": problem["task_id"], "completion": completion, "passed": ok})
+        if (i + 1) % 5 == 0 or i + 1 == len(problems):
+            log.info("%s %d/%d %.0fs %s", kind, i + 1, len(problems), time.perf_counter() - started,
+                     {m: out[m]["pass"] for m in methods})
+    for m in methods:
+        out[m]["n"] = len(problems)
+    return out
+
+
+def table(results: dict, methods: list[str], model: str) -> str:
+    kinds = [k for k in ("single", "multi") if k in results]
+    head = "| method | length | " + " | ".join(f"{k}-line pass@1 (n={results[k][methods[0]]['n']})" for k in kinds)
+    head += " | " + " | ".join(f"{k}-line parses" for k in kinds) + " | s/item |"
+    rows = [f"<!-- model: {model} -->", head, "|" + "---|" * (2 + 2 * len(kinds) + 1)]
+    for m in methods:
+        cells = [f"{results[k][m]['pass'] / results[k][m]['n']:.3f}" for k in kinds]
+        cells += [f"{results[k][m]['parse'] / results[k][m]['n']:.2f}" for k in kinds]
+        seconds = sum(results[k][m]["seconds"] for k in kinds) / sum(results[k][m]["n"] for k in kinds)
+        rows.append(f"| {m} | {METHODS[m][1]} | " + " | ".join(cells) + f" | {seconds:.2f} |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="checkpoint directory (default: the embedded model)")
+    p.add_argument("--limit", type=int, default=25, help="items per task, evenly spread (0: all)")
+    p.add_argument("--tasks", default="single,multi")
+    p.add_argument("--methods", default=DEFAULT_METHODS, help=f"comma list of: {', '.join(METHODS)}")
+    p.add_argument("--context", type=int, default=1024, help="context tokens around the span")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", type=Path, default=None, help="also write per-item results here")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
+    methods = args.methods.split(",")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        p.error(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
+    torch.set_num_threads(args.threads)
+    denoiser = load_denoiser(args.model)
+    settings = SamplerSettings()  # the app's defaults: greedy, confidence order, threshold commits, dual cache
+    results = {}
+    for kind in args.tasks.split(","):
+        results[kind] = run_task(denoiser, kind, methods, args.limit or None, settings, args.context)
+    model = f"{denoiser.spec.name or args.model or 'embedded'}"
+    print(table(results, methods, model))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    return results
+
+
+if __name__ == "__main__":
+    main()
