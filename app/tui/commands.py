@@ -16,6 +16,7 @@ class Command:
     action: str  # the app's action (method action_<name>), with arguments if any
     help: str
     binding_id: str | None = None  # the binding that gives it keys (rebindable in [keymap])
+    fixed_keys: str = ""  # keys that belong to the TextArea itself (not rebindable here)
 
 
 COMMANDS = (
@@ -37,8 +38,8 @@ COMMANDS = (
     Command("Find", "find", "Search the buffer", "find"),
     Command("Find next", "find_next", "Jump to the next match of the last search", "find-next"),
     Command("Go to line", "goto_line", "Move the cursor to LINE or LINE:COLUMN", "goto-line"),
-    Command("Undo", "undo", "Undo the last edit", None),
-    Command("Redo", "redo", "Redo the last undone edit", None),
+    Command("Undo", "undo", "Undo the last edit", None, "ctrl+z"),
+    Command("Redo", "redo", "Redo the last undone edit", None, "ctrl+y"),
     Command("Toggle soft wrap", "toggle_wrap", "Wrap long lines at the window edge, or not", "soft-wrap"),
     Command("Next buffer", "switch_buffer(1)", "Show the next tab", "next-buffer"),
     Command("Previous buffer", "switch_buffer(-1)", "Show the previous tab", "previous-buffer"),
@@ -52,7 +53,7 @@ class SharpenCommands(Provider):
 
     def _entries(self):
         for command in COMMANDS:
-            keys = self.app.keys_for(command.binding_id) if command.binding_id else ""
+            keys = self.app.keys_for(command.binding_id) if command.binding_id else command.fixed_keys
             help_text = f"{command.help}  [{keys}]" if keys else command.help
             yield command, help_text
 

@@ -37,7 +37,7 @@ class ConfirmScreen(ModalScreen[str]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question)
+            yield Label(self.question, markup=False)
             with Horizontal():
                 for choice_id, label, variant in self.choices:
                     yield Button(label, id=choice_id, variant=variant)

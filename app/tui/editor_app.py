@@ -12,6 +12,7 @@ from pathlib import Path
 from textual import actions
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.theme import Theme
 from textual.widgets import Footer, TabbedContent, TabPane, TextArea
 
@@ -29,7 +30,8 @@ from .prompt_screen import PromptScreen
 from .status_bar import StatusBar
 from .themes import LoadedTheme, syntax_theme_for
 
-# Keys chosen to reach the app through plain terminals and tmux: no ctrl+shift, no ctrl+space.
+# Keys chosen to reach the app through plain terminals and tmux: no ctrl+shift, no ctrl+space,
+# and no Alt+punctuation (Textual reads ESC = as "≠" and ESC . as "."; ESC f is ctrl+right).
 # Each binding has an id: the config's [keymap] rebinds by id (see docs/editor.md).
 BINDINGS = [
     Binding("alt+i", "infill", "Infill", id="infill", tooltip="Infill the selection, or fill at the cursor"),
@@ -43,8 +45,8 @@ BINDINGS = [
     # they arrive as ESC ] / ESC [, so Alt+N / Alt+P do the same everywhere.
     Binding("alt+right_square_bracket,alt+n", "cycle(1)", "Next alt.", id="next-alternative", priority=True),
     Binding("alt+left_square_bracket,alt+p", "cycle(-1)", "Prev alt.", id="previous-alternative", priority=True),
-    Binding("alt+equals_sign", "strength(0.1)", "Stronger", id="rewrite-stronger", show=False),
-    Binding("alt+minus", "strength(-0.1)", "Weaker", id="rewrite-weaker", show=False),
+    Binding("alt+up", "strength(0.1)", "Stronger", id="rewrite-stronger", show=False),
+    Binding("alt+down", "strength(-0.1)", "Weaker", id="rewrite-weaker", show=False),
     Binding("ctrl+s", "save", "Save", id="save"),
     Binding("alt+s", "save_as", "Save as", id="save-as", show=False),
     Binding("alt+o", "open_file", "Open", id="open-file", show=False),
@@ -52,8 +54,8 @@ BINDINGS = [
     Binding("f3", "find_next", "Find next", id="find-next", show=False),
     Binding("ctrl+g", "goto_line", "Go to line", id="goto-line", show=False),
     Binding("alt+z", "toggle_wrap", "Soft wrap", id="soft-wrap", show=False),
-    Binding("alt+full_stop", "switch_buffer(1)", "Next tab", id="next-buffer", show=False),
-    Binding("alt+comma", "switch_buffer(-1)", "Previous tab", id="previous-buffer", show=False),
+    Binding("alt+right,ctrl+pagedown", "switch_buffer(1)", "Next tab", id="next-buffer", show=False),
+    Binding("alt+left,ctrl+pageup", "switch_buffer(-1)", "Previous tab", id="previous-buffer", show=False),
     Binding("f1", "help", "Keys", id="help"),
     Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
 ]
@@ -83,6 +85,7 @@ class SharpenApp(FileActions, App):
         self.load_model_on_start = load_model_on_start
         self._buffer_ids = 0
         self._footer_phase = IDLE
+        self.config_hint = "the config file (sharpen --print-config-path)"
         if config.keymap:
             self.set_keymap(config.keymap)
 
@@ -106,7 +109,8 @@ class SharpenApp(FileActions, App):
             except Exception as exc:  # InputError and friends: say it, open the rest
                 self.notify(str(exc), title="Cannot open", severity="error")
         for buffer in buffers or [BufferFile(None)]:
-            await self.add_buffer(buffer)
+            await self.add_buffer(buffer, activate=False)  # the first file named stays the one shown
+        self.panes()[0].editor.focus()
         self.status.strength = self.strength
         if self.load_model_on_start:
             self.call_after_refresh(self.start_model_loading)
@@ -117,7 +121,7 @@ class SharpenApp(FileActions, App):
     def status(self) -> StatusBar:
         return self.query_one(StatusBar)
 
-    async def add_buffer(self, buffer: BufferFile) -> EditorPane:
+    async def add_buffer(self, buffer: BufferFile, activate: bool = True) -> EditorPane:
         self._buffer_ids += 1
         pane = EditorPane(buffer, None, soft_wrap=self.config.soft_wrap, id=f"buffer-{self._buffer_ids}")
         tabs = self.query_one(TabbedContent)
@@ -125,8 +129,9 @@ class SharpenApp(FileActions, App):
         pane.register_syntax_theme(syntax_theme_for(self.current_theme, self.loaded_themes))
         pane.editor.theme = pane.preview.theme = self.current_theme.name
         pane.editor.language = language_for(buffer.path, pane.editor.available_languages)
-        tabs.active = f"tab-{self._buffer_ids}"
-        pane.editor.focus()
+        if activate:
+            tabs.active = f"tab-{self._buffer_ids}"
+            pane.editor.focus()
         self.update_status()
         return pane
 
@@ -134,7 +139,10 @@ class SharpenApp(FileActions, App):
         return list(self.query(EditorPane))
 
     def active_pane(self) -> EditorPane | None:
-        tabs = self.query_one(TabbedContent)
+        try:
+            tabs = self.query_one(TabbedContent)
+        except NoMatches:  # shutting down, or a dialog screen is on top
+            return None
         active = tabs.active_pane
         return active.query_one(EditorPane) if active is not None else None
 
@@ -307,9 +315,10 @@ class SharpenApp(FileActions, App):
             pane.editor.soft_wrap = not pane.editor.soft_wrap
 
     def action_help(self) -> None:
-        rows = [(self.keys_for(c.binding_id) if c.binding_id else "", c.title, c.binding_id or "") for c in COMMANDS]
-        rows += [("ctrl+p", "Command palette", ""), ("ctrl+z / ctrl+y", "Undo / redo", ""), ("shift+arrows, mouse drag", "Select", "")]
-        self.push_screen(HelpScreen(rows, "Rebind in the config file's [keymap] table: binding-id = \"key\". Esc closes."))
+        rows = [(self.keys_for(c.binding_id) if c.binding_id else c.fixed_keys, c.title, c.binding_id or "") for c in COMMANDS]
+        rows += [("ctrl+p", "Command palette", ""), ("shift+arrows, mouse drag", "Select", ""), ("ctrl+x / ctrl+c / ctrl+v", "Cut / copy / paste", "")]
+        hint = f"Rebind keys in {self.config_hint}, table [keymap]: binding-id = \"key\". Esc closes."
+        self.push_screen(HelpScreen(rows, hint))
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         # Tab, Esc and the alternative keys belong to the preview; elsewhere they go to the editor.
@@ -324,6 +333,10 @@ class SharpenApp(FileActions, App):
         return True
 
     # -- palette, keys, status ----------------------------------------------------------
+
+    def notify(self, message: str, *, markup: bool = False, **kwargs) -> None:
+        # Messages carry paths and model errors: brackets in them are text, not Textual markup.
+        super().notify(message, markup=markup, **kwargs)
 
     async def run_command(self, action: str) -> None:
         """Run an action from the palette, without the key-only check_action gate."""

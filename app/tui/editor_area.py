@@ -126,8 +126,13 @@ class EditorArea(TextArea):
         self.clear_marks()
         super().redo()
 
+    @property
+    def unsaved(self) -> bool:
+        """Computed now, not from `dirty`: that one follows a Changed message that may still be queued."""
+        return self.document.lines != self.saved_lines
+
     def _on_text_area_changed(self, event: TextArea.Changed) -> None:
-        self.dirty = self.document.lines != self.saved_lines
+        self.dirty = self.unsaved
 
     # -- marks --------------------------------------------------------------------------
 

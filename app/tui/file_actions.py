@@ -53,8 +53,10 @@ class FileActions:
             self.notify(str(exc), title="Not saved", severity="error")
             return False
         editor.mark_saved()
-        if path is not None:
-            editor.language = language_for(path, editor.available_languages)
+        language = language_for(editor.buffer.path, editor.available_languages)
+        if language != editor.language:  # a new language reloads the document: keep the cursor
+            selection, editor.language = editor.selection, language
+            editor.selection = selection
         self.refresh_tab_label(pane)
         self.update_status()
         self.notify(f"saved {editor.buffer.path}", timeout=2)
@@ -78,7 +80,7 @@ class FileActions:
         self.add_buffer(buffer)
 
     async def action_quit(self) -> None:
-        dirty = [pane for pane in self.panes() if pane.editor.dirty]
+        dirty = [pane for pane in self.panes() if pane.editor.unsaved]
         if not dirty:
             self.exit()
             return

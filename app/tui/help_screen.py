@@ -1,6 +1,7 @@
 """HelpScreen: every key of the editor, as currently bound (the config's keymap included)."""
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -19,15 +20,14 @@ class HelpScreen(ModalScreen[None]):
         background: $background 40%;
         & > Vertical {
             width: 96;
-            max-height: 90%;
-            height: auto;
+            height: 90%;
             padding: 0 1;
             background: $panel;
             border: round $primary;
             border-title-color: $primary;
         }
-        & DataTable { height: auto; max-height: 30; }
-        & Label { color: $foreground 60%; margin: 1 0 0 0; }
+        & DataTable { height: 1fr; }
+        & Label { width: 100%; color: $foreground 60%; margin: 1 0 0 0; }
     }
     """
 
@@ -39,10 +39,10 @@ class HelpScreen(ModalScreen[None]):
         with Vertical() as box:
             box.border_title = "sharpen keys"
             table = DataTable(cursor_type="row", zebra_stripes=True)
-            table.add_columns("Keys", "Command", "Binding id (for [keymap])")
-            table.add_rows(self.rows)
+            table.add_columns(Text("Keys"), Text("Command"), Text("Binding id (for [keymap])"))
+            table.add_rows([tuple(Text(cell) for cell in row) for row in self.rows])  # plain text, no markup
             yield table
-            yield Label(self.footer)
+            yield Label(self.footer, markup=False)
 
     def action_close(self) -> None:
         self.dismiss(None)

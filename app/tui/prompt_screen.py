@@ -36,10 +36,10 @@ class PromptScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question)
+            yield Label(self.question, markup=False)
             yield Input(self.value, placeholder=self.placeholder, select_on_focus=True)
             if self.hint:
-                yield Label(self.hint, classes="prompt-screen--hint")
+                yield Label(self.hint, classes="prompt-screen--hint", markup=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value)
