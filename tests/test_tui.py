@@ -266,6 +266,58 @@ async def test_help_screen_lists_keys(example):
         await pilot.press("escape")
 
 
+async def test_rewrite_asks_for_an_instruction_on_instruct_checkpoints(example, tiny_denoiser):
+    import copy
+    from dataclasses import replace
+
+    instruct = copy.copy(tiny_denoiser)
+    instruct.spec = replace(tiny_denoiser.spec, chat_template="{{ messages }}")
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        await with_model(app, pilot, instruct)
+        pane = app.active_pane()
+        select_line(pane.editor, 4)
+        await pilot.press("alt+r")
+        await pilot.press(*"shorter", "enter")
+        assert pane.edit_run.spans[0].instruction == "shorter"
+        await pilot.press("escape")
+
+
+async def test_marks_follow_edits_and_refuse_overlaps(example):
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        select_line(editor, 5)
+        start, end = editor.selected_offsets()
+        await pilot.press("alt+m")
+        editor.selection = ((5, 6), (5, 9))
+        await pilot.press("alt+m")
+        assert editor.marks == [(start, end)]  # overlapping selection refused
+        editor.move_cursor((0, 0))
+        await pilot.press("#", "enter")
+        assert editor.marks == [(start + 2, end + 2)]  # typing above moves the mark with its text
+        await pilot.press("alt+c")
+        assert editor.marks == [] and app.status.marks == 0
+
+
+async def test_find_go_to_line_wrap_and_theme(example):
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        await pilot.press("ctrl+f", *"buzz", "enter")
+        assert editor.selected_text.lower() == "buzz"
+        first = editor.selection
+        await pilot.press("f3")
+        assert editor.selection != first and editor.selected_text.lower() == "buzz"
+        await pilot.press("ctrl+g", *"14:5", "enter")
+        assert editor.selection.end == (13, 4)
+        await pilot.press("alt+z")
+        assert editor.soft_wrap
+        app.theme = "sharpen-light"
+        await pilot.pause()
+        assert editor.theme == "sharpen-light" and app.active_pane().preview.theme == "sharpen-light"
+
+
 def test_snapshot_file_open(example, snap_compare):
     async def settle(pilot):
         pilot.app.status.model, pilot.app.status.device = "tiny-random", "cpu"

@@ -85,3 +85,11 @@ def test_shipped_and_user_themes_load(tmp_path):
     assert "string" in themes["mine"].syntax.syntax_styles  # derived from the palette when [syntax] is missing
     with pytest.raises(UsageError, match="colors.primary"):
         parse_theme('[colors]\nprimary = "not a colour"\n', Path("bad.toml"))
+
+
+def test_the_editor_module_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, sharpen.app.tui.editor_app; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
