@@ -40,11 +40,11 @@ BINDINGS = [
     Binding("alt+a", "fill_marked", "Fill marked", id="fill-marked"),  # not alt+f: terminals send it as ctrl+right
     Binding("alt+c", "clear_marks", "Clear marks", id="clear-marks", show=False),
     Binding("tab", "accept", "Accept", id="accept", priority=True),
-    Binding("escape", "cancel_or_reject", "Cancel/Reject", id="cancel", priority=True),
+    Binding("escape", "cancel_or_reject", "Cancel/Reject", id="cancel", priority=True, show=False),
     # Alt+] / Alt+[ need a terminal that reports them unambiguously (kitty protocol); in tmux
     # they arrive as ESC ] / ESC [, so Alt+N / Alt+P do the same everywhere.
-    Binding("alt+right_square_bracket,alt+n", "cycle(1)", "Next alt.", id="next-alternative", priority=True),
-    Binding("alt+left_square_bracket,alt+p", "cycle(-1)", "Prev alt.", id="previous-alternative", priority=True),
+    Binding("alt+right_square_bracket,alt+n", "cycle(1)", "Next alt.", id="next-alternative", priority=True, show=False),
+    Binding("alt+left_square_bracket,alt+p", "cycle(-1)", "Prev alt.", id="previous-alternative", priority=True, show=False),
     Binding("alt+up", "strength(0.1)", "Stronger", id="rewrite-stronger", show=False),
     Binding("alt+down", "strength(-0.1)", "Weaker", id="rewrite-weaker", show=False),
     Binding("ctrl+s", "save", "Save", id="save"),
@@ -375,13 +375,17 @@ class SharpenApp(FileActions, App):
         status.position, status.language = f"Ln {row + 1}, Col {column + 1}", editor.language or ""
         status.marks, status.notice = editor.mark_count, pane.notice
         stats = pane.edit_run.stats if pane.edit_run is not None else None
+        first_key = lambda binding_id: self.keys_for(binding_id).split(", ")[0]  # noqa: E731
         if pane.phase == RUNNING:
             progress = f"step {stats.step}/{stats.total_steps} · {stats.tokens_per_second:.0f} tok/s" if stats else "starting…"
-            status.run = f"{progress} · Esc cancels"
+            status.run = f"{progress} · {first_key('cancel')} cancels"
         elif pane.phase == PREVIEW:
-            choice = pane.edit_run.choice + 1
-            alternative = f"alternative {choice}/{pane.edit_run.alternatives} · " if pane.edit_run.alternatives > 1 else ""
-            status.run = f"{alternative}Tab accepts · Esc rejects · {pane.notice}"
+            run = pane.edit_run
+            alternative = ""
+            if run.alternatives > 1:
+                keys = "/".join(self.keys_for("next-alternative").split(", ")[-1:] + self.keys_for("previous-alternative").split(", ")[-1:])
+                alternative = f"alternative {run.choice + 1}/{run.alternatives} ({keys}) · "
+            status.run = f"{alternative}{first_key('accept')} accepts · {first_key('cancel')} rejects · {pane.notice}"
         else:
             status.run = ""
 

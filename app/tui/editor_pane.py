@@ -177,8 +177,7 @@ class EditorPane(Container):
         run.stats, run.result, run.final_pieces = message.stats, message.result, message.pieces
         result = message.result
         rate = result.tokens / message.stats.compute_seconds if message.stats.compute_seconds else 0.0
-        more = f" · {run.alternatives} alternatives (Alt+] / Alt+[)" if run.alternatives > 1 else ""
-        self.notice = f"{result.tokens} tokens in {result.steps} steps, {message.stats.compute_seconds:.2f} s ({rate:.0f} tok/s){more}"
+        self.notice = f"{result.tokens} tokens in {result.steps} steps, {message.stats.compute_seconds:.2f} s ({rate:.0f} tok/s)"
         self._set_phase(PREVIEW)
         self._show_result()
 
