@@ -105,6 +105,10 @@ async def test_escape_rejects_a_preview_and_the_buffer_is_identical(example, tin
         await pilot.press("escape")
         assert pane.phase == IDLE and pane.editor.text == original
         assert len(pane.editor.history.undo_stack) == undo_depth
+        await pilot.press("alt+i")
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        await pilot.press("ctrl+z")  # over a preview, undo only drops the preview
+        assert pane.phase == IDLE and pane.editor.text == original
 
 
 async def test_escape_cancels_a_running_edit_at_once(example, tiny_denoiser):

@@ -56,7 +56,7 @@ class EditorArea(TextArea):
         self.marks: list[tuple[int, int]] = []  # sorted, non-overlapping [start, end) offsets
         self._mark_rows: dict[int, list[tuple[int, int]]] = {}
         # Called synchronously before the buffer changes, so a run is stopped before its text moves.
-        self.before_change: Callable[[], None] | None = None
+        self.before_change: Callable[[], bool] | None = None  # True when it stopped a run or preview
         self.yield_tab = False  # while a run or preview is up, Tab means Accept (an app binding)
 
     # -- text and offsets ---------------------------------------------------------------
@@ -115,14 +115,14 @@ class EditorArea(TextArea):
         return result
 
     def undo(self) -> None:
-        if self.before_change is not None:
-            self.before_change()
+        if self.before_change is not None and self.before_change():
+            return  # Ctrl+Z over a preview or a run just drops it: the buffer has nothing to undo yet
         self.clear_marks()  # undo bypasses edit(), so mark offsets could no longer be trusted
         super().undo()
 
     def redo(self) -> None:
-        if self.before_change is not None:
-            self.before_change()
+        if self.before_change is not None and self.before_change():
+            return
         self.clear_marks()
         super().redo()
 

@@ -142,12 +142,15 @@ class EditorPane(Container):
         self._show_result()
         return True
 
-    def _interrupt(self) -> None:
+    def _interrupt(self) -> bool:
         # Typing (or undo, paste, ...) during a run cancels it; during a preview it rejects it.
         if self.phase == RUNNING:
             self.cancel()
-        elif self.phase == PREVIEW:
+            return True
+        if self.phase == PREVIEW:
             self.reject()
+            return True
+        return False
 
     def _stop_run(self) -> None:
         if self.edit_run is not None:
