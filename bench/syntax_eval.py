@@ -10,11 +10,12 @@ missing code is. Only `oracle` is told the middle's token count. Methods:
 
   fixed                 one run, the engine's default budget for an insertion point (pad trims it)
   adaptive              core/length.py: grow the budget while the span fills up with confident tokens
-  candidates            core/candidates.py: a ladder of lengths as rows of one batch, ranked by
+  candidates            core/candidates.py: exact lengths 8/16/32/64 as rows of one batch, ranked by
                         "the program still parses" (tree-sitter), then length-normalised confidence
   candidates-no-syntax  the same rows ranked by confidence only (what the parse check adds)
-  candidates+adaptive   both
-  oracle                one run with exactly the middle's token count
+  candidates-pad        the ladder as upper bounds (pad allowed inside a row), parse then confidence
+  candidates+adaptive   the exact ladder, grown while the best row fills up
+  oracle                one row of exactly the middle's token count (pad banned, as in the papers)
 
 Each completed program (prompt + completion + suffix + tests) runs in a fresh interpreter with
 a timeout (train/evaluate.py's runner). Items are an even spread over each task's file
@@ -28,6 +29,7 @@ import json
 import logging
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -46,14 +48,15 @@ from train.evaluate import evenly, load_humaneval, passes  # noqa: E402
 
 log = logging.getLogger("syntax_eval")
 
-PYTHON = CandidatePlan(language="python")
+LADDER = CandidatePlan(language="python", exact=True)
 METHODS = {  # name -> (run_edit options, what the table says about its length)
-    "fixed": ({}, f"{DEFAULT_POINT_INFILL} slots (default)"),
-    "adaptive": ({"length": "adaptive"}, "16, x2 while full, <= 3 runs"),
-    "candidates": ({"candidates": PYTHON}, "8/16/32/64 in one batch"),
-    "candidates-no-syntax": ({"candidates": CandidatePlan(language="python", syntax=False)}, "8/16/32/64, confidence only"),
-    "candidates+adaptive": ({"candidates": PYTHON, "length": "adaptive"}, "ladder around 16, grown"),
-    "oracle": ({}, "the middle's token count"),
+    "fixed": ({}, f"{DEFAULT_POINT_INFILL} slots, pad trimmed (the engine's default)"),
+    "adaptive": ({"length": "adaptive"}, "16 slots, x2 while full, <= 3 runs"),
+    "candidates": ({"candidates": LADDER}, "exactly 8/16/32/64 in one batch; parse, then confidence"),
+    "candidates-no-syntax": ({"candidates": replace(LADDER, syntax=False)}, "exactly 8/16/32/64; confidence only"),
+    "candidates-pad": ({"candidates": replace(LADDER, exact=False)}, "up to 8/16/32/64, pad trimmed; parse, then confidence"),
+    "candidates+adaptive": ({"candidates": LADDER, "length": "adaptive"}, "exact ladder around 16, grown"),
+    "oracle": ({"candidates": CandidatePlan(scales=(1.0,), exact=True, syntax=False)}, "exactly the middle's token count"),
 }
 DEFAULT_METHODS = "fixed,adaptive,candidates,candidates-no-syntax,oracle"
 
@@ -118,6 +121,7 @@ def main(argv=None) -> dict:
     p.add_argument("--tasks", default="single,multi")
     p.add_argument("--methods", default=DEFAULT_METHODS, help=f"comma list of: {', '.join(METHODS)}")
     p.add_argument("--context", type=int, default=1024, help="context tokens around the span")
+    p.add_argument("--steps", type=int, default=None, help="cap denoising steps per run (default: the app's, up to one per slot)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, default=None, help="also write per-item results here")
     args = p.parse_args(argv)
@@ -128,7 +132,7 @@ def main(argv=None) -> dict:
         p.error(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
     torch.set_num_threads(args.threads)
     denoiser = load_denoiser(args.model)
-    settings = SamplerSettings()  # the app's defaults: greedy, confidence order, threshold commits, dual cache
+    settings = SamplerSettings(steps=args.steps)  # else the app's defaults: greedy, confidence order, threshold commits, dual cache
     results = {}
     for kind in args.tasks.split(","):
         results[kind] = run_task(denoiser, kind, methods, args.limit or None, settings, args.context)

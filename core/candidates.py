@@ -33,6 +33,7 @@ class CandidatePlan:
     language: str | None = None  # grammar name; None: detected from `path` and the text
     path: str | None = None  # the file's name, for language detection
     confidence: str = "content"  # "content": per written token + the end; "slots": the sampler's per-slot mean
+    exact: bool = False  # True: a row's slots must all hold content (pad/eos banned there), so rows are exact lengths
 
     def __post_init__(self) -> None:
         if not self.scales or any(s <= 0 for s in self.scales):
@@ -78,10 +79,15 @@ def ladder(span: Span, selected_tokens: int, plan: CandidatePlan) -> tuple[int, 
 
 
 def row_lengths(ladders: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """One row per rung: row r gives span i its r-th length (a shorter ladder repeats its top)."""
+    """One row per rung: row r gives span i its r-th length (a shorter ladder repeats its top).
+
+    The middle rung (1x the base, or the default point budget) comes first: row 0 is the one
+    the sampler's frames show while the batch denoises, so the preview has a typical length.
+    """
     n = max(len(l) for l in ladders)
-    rows = [tuple(l[min(r, len(l) - 1)] for l in ladders) for r in range(n)]
-    return list(dict.fromkeys(rows))  # distinct, in order
+    rows = list(dict.fromkeys(tuple(l[min(r, len(l) - 1)] for l in ladders) for r in range(n)))  # distinct
+    rows.insert(0, rows.pop(len(rows) // 2))
+    return rows
 
 
 def widen_spans(spans: list[Span], ladders: list[tuple[int, ...]]) -> list[Span]:
@@ -99,6 +105,35 @@ def candidate_rows(canvas: Canvas, lengths: list[tuple[int, ...]], pad_id: int) 
                 ids[slots.start + n:slots.stop] = [pad_id] * (len(slots) - n)
         rows.append(tuple(ids))
     return replace(canvas, rows=tuple(rows))
+
+
+class ExactRows:
+    """A denoiser view that bans pad/eos inside each row's candidate length (CandidatePlan.exact).
+
+    Without it a model that over-predicts pad writes every row empty, and the rows differ only
+    in how much room they offered; with it row r is exactly its length, like an oracle-length
+    run at each rung, and the parse check and confidence choose between them.
+    """
+
+    def __init__(self, denoiser, canvas: Canvas, samples: int) -> None:
+        import torch
+
+        self.inner = denoiser
+        rows = torch.tensor(canvas.rows, device=denoiser.device).repeat_interleave(samples, dim=0)  # [B, T]
+        self.content = rows == canvas.mask_id  # [B, T] slots that must receive a non-end token
+        self.end_ids = torch.tensor(denoiser.spec.end_ids, dtype=torch.long, device=denoiser.device)  # [E]
+
+    def __getattr__(self, name):  # everything else (spec, device, caches, banned ids) is the inner denoiser's
+        return getattr(self.inner, name)
+
+    def logits(self, x, want=None, run=None, cache=None):
+        import torch
+
+        out = self.inner.logits(x, want=want, run=run, cache=cache)  # [B, W, V]
+        positions = torch.arange(x.shape[1], device=x.device) if want is None else want
+        is_end = torch.zeros(out.shape[-1], dtype=torch.bool, device=out.device).index_fill(0, self.end_ids, True)  # [V]
+        ban = self.content[:, positions, None] & is_end  # [B, W, V]
+        return out.masked_fill(ban, float("-inf"))  # out of place: logits may be inference tensors
 
 
 def plan_canvas_spans(spans: list[Span], selected: list[int], plan: CandidatePlan) -> tuple[list[Span], list[tuple[int, ...]]]:
@@ -128,10 +163,11 @@ def rank(candidates: list[Candidate]) -> list[Candidate]:
 
     "Parsing" is relative to the original: no ERROR/MISSING nodes beyond its own (a file
     already broken elsewhere does not sink every candidate); among those, fewer errors
-    overall still wins (a candidate may also repair the original).
+    overall still wins (a candidate may also repair the original). An empty infill is a
+    non-answer to "fill this": it comes after the non-empty ones that parse.
     """
     def key(c: Candidate):
-        return (bool(c.new_errors), c.errors or 0, -c.confidence, c.row)
+        return (bool(c.new_errors), not any(c.texts), c.errors or 0, -c.confidence, c.row)
 
     seen, out = set(), []
     for c in sorted(candidates, key=key):

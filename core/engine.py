@@ -111,6 +111,8 @@ def run_once(denoiser: Denoiser, text: str, ordered: list[Span], settings: Sampl
         wide, row_lengths = C.plan_canvas_spans(ordered, C.selected_tokens(text, ordered, tok), candidates)
         canvas = build_canvas(text, wide, tok, spec.mask_id, context_tokens, denoiser.max_len)
         canvas = C.candidate_rows(canvas, row_lengths, pad)
+        if candidates.exact:
+            denoiser = C.ExactRows(denoiser, canvas, settings.samples)
     else:
         canvas = build_canvas(text, ordered, tok, spec.mask_id, context_tokens, denoiser.max_len)
     started = time.perf_counter()

@@ -10,7 +10,8 @@ truncates; too long and a weak model pads badly or rambles. So:
   model's canvas and `rounds`). Pads the model writes inside the span shrink it as always.
 
 Works with or without a CandidatePlan: with one, the best candidate's length is the one
-that is judged and grown from, and the next round's ladder is centred on it.
+that is judged and grown from, and the next round's ladder is centred on it. With exact
+rows (CandidatePlan.exact) no row can end early, so a span grows when its longest rung won.
 """
 from __future__ import annotations
 
@@ -87,8 +88,13 @@ def adaptive_edit(denoiser, text: str, ordered: list[Span], settings, context_to
         b = result.best_row
         used = list(result.candidates[0].lengths) if result.candidates else budgets
         used = [None if budget is None else n for budget, n in zip(budgets, used)]  # rewrites never grow
-        filled = [n is not None and filled_up(frame.final_ids[b][i], frame.final_confidence[b][i], n, end_ids, policy)
-                  for i, n in enumerate(used)]
+        if candidates is not None and candidates.exact and result.candidates:
+            # Exact rows cannot end early, so "filled up" means: the longest rung won.
+            top = [max(c.lengths[i] for c in result.candidates) for i in range(len(ordered))]
+            filled = [n is not None and n == t for n, t in zip(used, top)]
+        else:
+            filled = [n is not None and filled_up(frame.final_ids[b][i], frame.final_confidence[b][i], n, end_ids, policy)
+                      for i, n in enumerate(used)]
         grown = next_budgets(budgets, used, filled, caps, policy.grow)
         log.debug("adaptive round %d: budgets %s used %s filled %s -> %s", round_, budgets, used, filled, grown)
         if grown == budgets or round_ == policy.rounds - 1:

@@ -3,6 +3,7 @@ import io
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,7 @@ def test_a_candidate_that_breaks_the_parse_is_never_first_when_one_parses():
     assert [c.text for c in only_broken] == ["b", "a"]  # none parses: confidence decides
     unchecked = rank([cand(0, "a", -1.0, None), cand(1, "b", -0.5, None)])  # no grammar: confidence only
     assert unchecked[0].text == "b"
+    assert [c.text for c in rank([cand(0, "", -0.1, 0), cand(1, "x", -2.0, 0), cand(2, "(", -0.1, 1)])] == ["x", "", "("]
 
 
 class ScriptedDenoiser:
@@ -214,7 +216,7 @@ def test_candidate_rows_prefill_pad_after_each_length(tiny_denoiser):
     text = "a = 1\nb = 22\n"
     spans = [Span(4, 5), Span(12, 12)]
     wide, lengths = plan_canvas_spans(spans, selected_tokens(text, spans, tok), CandidatePlan(scales=(1, 2, 3), point_lengths=(2, 5)))
-    assert lengths == [(1, 2), (2, 5), (3, 5)]
+    assert lengths == [(2, 5), (1, 2), (3, 5)]  # the middle rung first: row 0 is what the preview shows
     canvas = candidate_rows(build_canvas(text, wide, tok, spec.mask_id, 64, 512), lengths, spec.pad_id)
     for row, n in zip(canvas.rows, lengths):
         for slots, k in zip(canvas.slots, n):
@@ -232,6 +234,20 @@ def test_candidates_on_the_tiny_model_keep_the_text_outside_the_span(tiny_denois
     for c in result.candidates:
         assert c.text == text[:21] + c.texts[0] + text[22:43] + c.texts[1] + text[43:]
     assert [r.span for r in result.spans] == spans
+
+
+def test_exact_rows_hold_their_length_even_when_the_model_wants_pad(tiny_denoiser):
+    pad = tiny_denoiser.spec.pad_id
+    text = "x = 1\n"
+    spans = [Span(6, 6)]
+    plan = CandidatePlan(point_lengths=(2, 3, 5), exact=True, syntax=False)
+    fake = scripted(tiny_denoiser, text, spans, plan, lambda key, k: (pad, 0.99))
+    padded = apply_edit(fake, text, spans, SamplerSettings(cache="none"), candidates=replace(plan, exact=False))
+    assert padded.spans[0].text == "" and len(padded.candidates) == 1  # every row empty: one distinct candidate
+    exact = apply_edit(fake, text, spans, SamplerSettings(cache="none"), candidates=plan)
+    assert sorted(c.lengths[0] for c in exact.candidates) == [2, 3, 5]
+    for c in exact.candidates:
+        assert len(tiny_denoiser.tokenizer.encode(c.texts[0])) == c.lengths[0]
 
 
 # ---- adaptive length --------------------------------------------------------------------------
