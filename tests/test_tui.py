@@ -238,7 +238,7 @@ async def test_keymap_from_config_rebinds_by_id(example, tiny_denoiser):
         assert pane.phase == IDLE  # the old key no longer runs Infill
         await pilot.press("f5")
         assert pane.phase in (RUNNING, PREVIEW)
-        assert app.keys_for("infill") == "f5"
+        assert app.keys_for("infill") == "F5"
 
 
 async def test_model_loads_in_the_background(example, tiny_model_dir):

@@ -17,16 +17,15 @@ from textual.theme import Theme
 from textual.widgets import Footer, TabbedContent, TabPane, TextArea
 
 from ...core.errors import UsageError
-from ...core.spans import Span
 from ..config import Config
 from .buffer_file import BufferFile, language_for
 from .commands import COMMANDS, SharpenCommands
 from .editor_pane import IDLE, PREVIEW, RUNNING, EditorPane
+from .edit_actions import EditActions
 from .file_actions import FileActions
 from .help_screen import HelpScreen
 from .messages import ModelFailed, ModelLoaded
 from .model_runner import load_model
-from .prompt_screen import PromptScreen
 from .status_bar import StatusBar
 from .themes import LoadedTheme, syntax_theme_for
 
@@ -61,7 +60,15 @@ BINDINGS = [
 ]
 
 
-class SharpenApp(FileActions, App):
+KEY_NAMES = {"escape": "Esc", "right_square_bracket": "]", "left_square_bracket": "[", "pageup": "PgUp", "pagedown": "PgDn"}
+
+
+def key_label(key: str) -> str:
+    """"alt+right_square_bracket" -> "Alt+]", "ctrl+s" -> "Ctrl+S": how people write keys."""
+    return "+".join(KEY_NAMES.get(part, part.upper() if len(part) == 1 else part.capitalize()) for part in key.split("+"))
+
+
+class SharpenApp(EditActions, FileActions, App):
     """The editor. `files` open in tabs; `config` is app.config.Config; `themes` from themes.load_themes."""
 
     TITLE = "sharpen"
@@ -187,121 +194,6 @@ class SharpenApp(FileActions, App):
         self.status.model, self.status.model_failed, self.status.device = "model unavailable", True, ""
         self.notify(message.error, title="Model unavailable; editing still works", severity="error", timeout=10)
 
-    def _ready_pane(self) -> EditorPane | None:
-        """The active pane when a new run may start on it; otherwise say why not."""
-        pane = self.active_pane()
-        if pane is None:
-            return None
-        if self.denoiser is None:
-            why = f"the model is unavailable: {self.model_error}" if self.model_error else "the model is still loading…"
-            self.notify(why, severity="warning", timeout=3)
-            return None
-        if any(p.phase == RUNNING for p in self.panes()):
-            self.notify("an edit is already running (Esc cancels it)", severity="warning", timeout=3)
-            return None
-        if pane.phase == PREVIEW:
-            pane.reject()
-        return pane
-
-    # -- edit actions -------------------------------------------------------------------
-
-    def action_infill(self) -> None:
-        pane = self._ready_pane()
-        if pane is None:
-            return
-        start, end = pane.editor.selected_offsets()
-        budget = self.config.infill_tokens if start == end else None  # a selection sizes its own slots
-        pane.start([Span(start, end, "infill", max_tokens=budget)], self.denoiser, self.config)
-
-    def action_rewrite(self) -> None:
-        pane = self._ready_pane()
-        if pane is None:
-            return
-        start, end = pane.editor.selected_offsets()
-        if start == end:
-            self.notify("select the text to rewrite first", severity="warning", timeout=3)
-            return
-        strength = self.strength
-        if not self.denoiser.spec.chat_template:
-            pane.start([Span(start, end, "rewrite", strength=strength)], self.denoiser, self.config)
-            return
-
-        def with_instruction(answer: str | None) -> None:
-            if answer is not None:
-                span = Span(start, end, "rewrite", strength=strength, instruction=answer.strip() or None)
-                pane.start([span], self.denoiser, self.config)
-
-        self.push_screen(PromptScreen("Rewrite instruction (empty: none):", placeholder="e.g. make it iterative"), with_instruction)
-
-    def action_mark_region(self) -> None:
-        pane = self.active_pane()
-        if pane is None:
-            return
-        editor = pane.editor
-        start, end = editor.selected_offsets()
-        why_not = editor.add_mark(start, end)
-        if why_not:
-            self.notify(why_not, severity="warning", timeout=3)
-            return
-        editor.move_cursor(editor.selection.end)  # drop the selection so the mark's colour shows
-        self.update_status()
-
-    def action_clear_marks(self) -> None:
-        pane = self.active_pane()
-        if pane is not None:
-            pane.editor.clear_marks()
-            self.update_status()
-
-    def action_fill_marked(self) -> None:
-        pane = self.active_pane()
-        if pane is None:
-            return
-        if not pane.editor.marks:
-            self.notify(f"mark regions first ({self.keys_for('mark-region')} adds the selection)", severity="warning", timeout=3)
-            return
-        pane = self._ready_pane()
-        if pane is not None:
-            pane.start([Span(s, e, "infill") for s, e in pane.editor.marks], self.denoiser, self.config)
-
-    def action_accept(self) -> None:
-        pane = self.active_pane()
-        if pane is None or pane.phase == IDLE:
-            self.notify("nothing to accept", timeout=2)
-        elif pane.phase == RUNNING:
-            self.notify("still running: Tab accepts once it is done, Esc cancels", timeout=2)
-        else:
-            pane.accept()
-
-    def action_reject(self) -> None:
-        pane = self.active_pane()
-        if pane is not None:
-            pane.reject()
-
-    def action_cancel(self) -> None:
-        pane = self.active_pane()
-        if pane is not None:
-            pane.cancel()
-
-    def action_cancel_or_reject(self) -> None:
-        pane = self.active_pane()
-        if pane is None:
-            return
-        if pane.phase == RUNNING:
-            pane.cancel()
-        elif pane.phase == PREVIEW:
-            pane.reject()
-        else:
-            pane.editor.move_cursor(pane.editor.selection.end)  # idle: Esc just drops the selection
-
-    def action_cycle(self, delta: int) -> None:
-        pane = self.active_pane()
-        if pane is not None and not pane.cycle(delta):
-            self.notify("one alternative only (set samples > 1 in the config)", timeout=2)
-
-    def action_strength(self, delta: float) -> None:
-        self.strength = round(min(1.0, max(0.1, self.strength + delta)), 2)
-        self.status.strength = self.strength
-
     def action_undo(self) -> None:
         if (pane := self.active_pane()) is not None:
             pane.editor.undo()
@@ -347,7 +239,7 @@ class SharpenApp(FileActions, App):
 
     def keys_for(self, binding_id: str) -> str:
         keys = self._keymap.get(binding_id) or next((b.key for b in self.BINDINGS if b.id == binding_id), "")
-        return ", ".join(self.get_key_display(Binding(key.strip(), "")) for key in keys.split(",") if key.strip())
+        return ", ".join(key_label(key.strip()) for key in keys.split(",") if key.strip())
 
     def on_editor_pane_state_changed(self, message: EditorPane.StateChanged) -> None:
         if message.pane is self.active_pane():
@@ -381,11 +273,11 @@ class SharpenApp(FileActions, App):
             status.run = f"{progress} · {first_key('cancel')} cancels"
         elif pane.phase == PREVIEW:
             run = pane.edit_run
-            alternative = ""
+            alternatives = ""
             if run.alternatives > 1:
-                keys = "/".join(self.keys_for("next-alternative").split(", ")[-1:] + self.keys_for("previous-alternative").split(", ")[-1:])
-                alternative = f"alternative {run.choice + 1}/{run.alternatives} ({keys}) · "
-            status.run = f"{alternative}{first_key('accept')} accepts · {first_key('cancel')} rejects · {pane.notice}"
+                keys = "/".join(self.keys_for(i).split(", ")[-1] for i in ("next-alternative", "previous-alternative"))
+                alternatives = f" · {keys}: alternative {run.choice + 1}/{run.alternatives}"
+            status.run = f"{first_key('accept')} accepts · {first_key('cancel')} rejects{alternatives} · {pane.notice}"
         else:
             status.run = ""
 
