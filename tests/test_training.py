@@ -13,7 +13,7 @@ sys.path.insert(0, str(REPO))  # train/ is a repo folder (scripts), not part of 
 
 from train import corpus  # noqa: E402
 from train.data import Batches, InfillConfig, infill_example, mask_batch, token_stream  # noqa: E402
-from train.train import diffusion_loss, init_weights, lr_at, make_optimizer  # noqa: E402
+from train.train import causal_attention, diffusion_loss, init_weights, lr_at, make_optimizer, next_token_loss  # noqa: E402
 
 from sharpen.core.model import Transformer, preset  # noqa: E402
 from sharpen.core.tokenizer import train_byte_bpe  # noqa: E402
@@ -154,3 +154,19 @@ def test_a_few_steps_reduce_loss_on_a_fixed_batch(tokenizer):
         optimizer.step()
     assert fixed_loss() < 0.9 * before
     assert model.output.weight is model.embed.weight  # the headless forward put the head back
+
+
+def test_warm_start_attention_is_causal_only_inside_the_context():
+    torch.manual_seed(0)
+    model = Transformer(preset("test", vocab_size=64, max_seq_len=16)).eval()
+    ids = torch.randint(3, 64, (2, 12))
+    changed = ids.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 61 + 3  # only the last token differs
+    with torch.no_grad():
+        with causal_attention():
+            a, b = model(ids), model(changed)
+        assert torch.allclose(a[:, :-1], b[:, :-1], atol=1e-6), "earlier positions must not see a later token"
+        c, d = model(ids), model(changed)
+    assert not torch.allclose(c[:, :-1], d[:, :-1], atol=1e-6), "outside the context attention is bidirectional again"
+    loss, stats = next_token_loss(model, ids)
+    assert loss.item() > 0 and 0 <= stats["acc"] <= 1

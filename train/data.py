@@ -182,10 +182,10 @@ class Batches:
                 return example
         return self.plain(length)  # only for a corpus of tiny files (tests)
 
-    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def next(self, plain_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """ids [B, L] long, maskable [B, L] bool."""
         length = self.length()
-        n_infill = round(self.batch_size * self.infill_share)
+        n_infill = 0 if plain_only else round(self.batch_size * self.infill_share)
         rows = [self.infill(length) for _ in range(n_infill)]
         rows += [self.plain(length) for _ in range(self.batch_size - n_infill)]
         return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
