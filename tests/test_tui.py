@@ -84,6 +84,7 @@ async def test_infill_preview_then_tab_accepts_as_one_undo_step(example, tiny_de
         assert pane.phase in (RUNNING, PREVIEW) and pane.preview.display
         await wait_for(pilot, lambda: pane.phase == PREVIEW)
         assert editor.text == original  # the preview is a layer, not an edit
+        assert pane.preview.text == pane.preview.layout_shown.text  # frame by frame edits add up
         assert pane.preview.text != "" and "Tab accepts" in app.status.run
         await pilot.press("tab")
         assert pane.phase == IDLE and not pane.preview.display

@@ -30,6 +30,24 @@ def test_compose_splices_pieces_and_styles_each_line():
     assert layout.span_rows == (1, 3)
 
 
+_chunks = st.text(alphabet="ab\n", max_size=6)
+
+
+@given(_chunks, st.lists(st.tuples(_chunks, st.lists(st.tuples(_chunks, st.sampled_from([SURE, MASKED])), max_size=3)), max_size=3))
+def test_compose_styles_cover_exactly_the_span_characters(head, spans):
+    text, offsets, pieces, position = head, [], [], len(head)
+    for gap, span in spans:  # a replaced region "XY" after each gap
+        text += gap + "XY"
+        offsets.append((position + len(gap), position + len(gap) + 2))
+        pieces.append([Piece(t, kind) for t, kind in span])
+        position = len(text)
+    layout = compose(text, offsets, pieces)
+    lines = layout.text.split("\n")
+    styled = "".join(lines[row][a:b] for row in sorted(layout.line_styles) for a, b, _ in layout.line_styles[row])
+    assert styled == "".join(p.text for span in pieces for p in span).replace("\n", "")
+    assert [layout.text[a:b] for a, b in layout.span_ranges] == ["".join(p.text for p in span) for span in pieces]
+
+
 @given(st.lists(st.sampled_from(["a", "b", "\n", "\r\n", "\r", "\x0c", "é"]), max_size=30))
 def test_an_unchanged_buffer_saves_byte_for_byte(parts):
     text = "".join(parts)

@@ -74,6 +74,8 @@ class EditorPane(Container):
         self.editor = EditorArea(buffer, language, soft_wrap=soft_wrap)
         self.preview = PreviewView()
         self.edit_run: Run | None = None
+        self._pending_frame: EditProgress | None = None
+        self._frames_shown = 0  # of the current run: the first one loads the whole preview text
         self.notice = ""  # one line about the last run for the status bar
 
     def compose(self) -> ComposeResult:
@@ -94,6 +96,7 @@ class EditorPane(Container):
         self.edit_run = Run(next(_run_ids), self.editor.buffer_text, tuple(spans), threading.Event())
         job = EditJob(self.edit_run.id, self.edit_run.text, self.edit_run.spans, config.sampling, config.frame_rate, config.min_step_ms)
         self.notice = "starting…"
+        self._frames_shown = 0
         self._set_phase(RUNNING)
         self._show([[] for _ in spans])
         self.run_worker(partial(run_job, job, denoiser, self.post_message, self.edit_run.stop.is_set), thread=True, group="edit", exit_on_error=False)
@@ -167,6 +170,17 @@ class EditorPane(Container):
         run = self._current(message.run_id)
         if run is None or self.phase != RUNNING:
             return  # a late frame from a cancelled run
+        # Coalesce on this side too: if the UI fell behind, frames already queued only replace
+        # the pending one, and a single redraw runs after them (keys never wait behind frames).
+        if self._pending_frame is None:
+            self.call_later(self._draw_pending_frame)
+        self._pending_frame = message
+
+    def _draw_pending_frame(self) -> None:
+        message, self._pending_frame = self._pending_frame, None
+        run = self._current(message.run_id) if message is not None else None
+        if run is None or self.phase != RUNNING:
+            return
         run.stats = message.stats
         self.notice = ""
         self._show(message.pieces)
@@ -218,7 +232,8 @@ class EditorPane(Container):
         preview.soft_wrap = self.editor.soft_wrap
         if preview.theme != self.editor.theme:
             preview.theme = self.editor.theme
-        preview.show_layout(layout, self.editor.scroll_x, self.editor.scroll_y)
+        preview.show_layout(layout, self.editor.scroll_x, self.editor.scroll_y, same_run=self._frames_shown > 0)
+        self._frames_shown += 1
 
     def _follow_scroll(self) -> None:
         if self.phase != IDLE:

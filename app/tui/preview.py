@@ -6,7 +6,6 @@ which style. No textual here: the PreviewView widget only paints what this modul
 """
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 
 MASKED, DOUBTFUL, UNSURE, SURE, FINAL = "masked", "doubtful", "unsure", "sure", "final"
@@ -77,6 +76,7 @@ class Layout:
     text: str
     line_styles: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)  # row -> (col, col, kind)
     span_rows: tuple[int, ...] = ()  # the row each span starts on, in the previewed text
+    span_ranges: tuple[tuple[int, int], ...] = ()  # each span's [start, end) in the previewed text
 
     def styles_for(self, row: int) -> list[tuple[int, int, str]]:
         return self.line_styles.get(row, [])
@@ -89,28 +89,39 @@ def compose(text: str, spans: list[tuple[int, int]], pieces: list[list[Piece]]) 
     """
     parts: list[str] = []
     ranges: list[tuple[int, int, str]] = []  # offsets in the composed text
-    starts: list[int] = []
+    span_ranges: list[tuple[int, int]] = []
     cursor = position = 0
     for (start, end), span in zip(spans, pieces):
         parts.append(text[cursor:start])
         position += start - cursor
-        starts.append(position)
+        span_start = position
         for piece in span:
             parts.append(piece.text)
             ranges.append((position, position + len(piece.text), piece.kind))
             position += len(piece.text)
+        span_ranges.append((span_start, position))
         cursor = end
     parts.append(text[cursor:])
     composed = "".join(parts)
-    line_starts = [0] + [i + 1 for i, ch in enumerate(composed) if ch == "\n"]
-    row_of = lambda offset: bisect.bisect_right(line_starts, offset) - 1  # noqa: E731
     line_styles: dict[int, list[tuple[int, int, str]]] = {}
+    row, counted = 0, 0  # ranges are sorted: count line breaks incrementally, in C (str.count)
     for start, end, kind in ranges:
-        row = row_of(start)
+        row += composed.count("\n", counted, start)
+        counted = start
+        line_start = composed.rfind("\n", 0, start) + 1
         while start < end:
-            line_end = line_starts[row + 1] - 1 if row + 1 < len(line_starts) else len(composed)
-            stop = min(end, line_end)
+            line_end = composed.find("\n", start, end)
+            stop = end if line_end == -1 else line_end
             if stop > start:
-                line_styles.setdefault(row, []).append((start - line_starts[row], stop - line_starts[row], kind))
-            start, row = line_end + 1, row + 1
-    return Layout(composed, line_styles, tuple(row_of(s) for s in starts))
+                line_styles.setdefault(row, []).append((start - line_start, stop - line_start, kind))
+            if line_end == -1:
+                break
+            row, counted, start, line_start = row + 1, line_end + 1, line_end + 1, line_end + 1
+    span_rows = tuple(composed.count("\n", 0, s) for s, _ in span_ranges)
+    return Layout(composed, line_styles, span_rows, tuple(span_ranges))
+
+
+def location(text: str, offset: int) -> tuple[int, int]:
+    """(row, column) of a character offset; str.count/rfind keep it fast on big files."""
+    row = text.count("\n", 0, offset)
+    return row, offset - (text.rfind("\n", 0, offset) + 1)

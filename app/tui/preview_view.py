@@ -10,7 +10,7 @@ from __future__ import annotations
 from textual import events
 from textual.widgets import TextArea
 
-from .preview import KINDS, Layout
+from .preview import KINDS, Layout, location
 
 
 class PreviewView(TextArea, can_focus=False):
@@ -35,9 +35,19 @@ class PreviewView(TextArea, can_focus=False):
         self.layout_shown = Layout("")
         self.scroll_target = None  # the widget whose scroll wheel events we forward (the editor)
 
-    def show_layout(self, layout: Layout, scroll_x: float, scroll_y: float) -> None:
-        if layout.text != self.layout_shown.text:
-            self.load_text(layout.text)  # its own history is irrelevant: this view is never edited
+    def show_layout(self, layout: Layout, scroll_x: float, scroll_y: float, same_run: bool) -> None:
+        """Draw `layout`; within one run only the text from the first span to the last is replaced."""
+        old = self.layout_shown
+        if same_run and old.span_ranges and len(old.span_ranges) == len(layout.span_ranges):
+            # Text outside the spans never changes during a run: re-parsing the whole file per
+            # frame costs tens of milliseconds on big files, one edit a few.
+            start, old_end, new_end = old.span_ranges[0][0], old.span_ranges[-1][1], layout.span_ranges[-1][1]
+            replacement = layout.text[start:new_end]
+            if replacement != old.text[start:old_end]:
+                self.replace(replacement, location(old.text, start), location(old.text, old_end))
+                self.history.clear()  # this view is never undone
+        elif layout.text != old.text:
+            self.load_text(layout.text)
         self.layout_shown = layout
         self._line_cache.clear()
         self.scroll_to(scroll_x, scroll_y, animate=False, immediate=True)
