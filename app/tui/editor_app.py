@@ -13,7 +13,7 @@ from textual import actions
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
-from textual.theme import Theme
+from textual.theme import BUILTIN_THEMES, Theme
 from textual.widgets import Footer, TabbedContent, TabPane, TextArea
 
 from ...core.errors import UsageError
@@ -293,7 +293,7 @@ def run_editor(args) -> int:
     defaults = {action.dest: action.default for action in parser._actions}
     config = merge_args(load_config(config_path), args, defaults)
     themes = load_themes(user_themes_dir(config_path))
-    known = sorted(set(themes) | set(App().available_themes))
+    known = sorted(set(themes) | set(BUILTIN_THEMES))
     if config.theme not in known:
         raise UsageError(f"unknown theme {config.theme!r}; known: {', '.join(known)}")
     if "-" in args.files:
