@@ -125,3 +125,4 @@ class EditActions:
     def action_strength(self, delta: float) -> None:
         self.strength = round(min(1.0, max(0.1, self.strength + delta)), 2)
         self.status.strength = self.strength
+        self.notify(f"Rewrite re-noises {self.strength:.0%} of the selection", timeout=1.5)

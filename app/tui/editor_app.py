@@ -266,6 +266,7 @@ class SharpenApp(EditActions, FileActions, App):
         status.file_name, status.dirty = editor.buffer.name, editor.dirty
         status.position, status.language = f"Ln {row + 1}, Col {column + 1}", editor.language or ""
         status.marks, status.notice = editor.mark_count, pane.notice
+        status.show_strength = not editor.selection.is_empty
         stats = pane.edit_run.stats if pane.edit_run is not None else None
         first_key = lambda binding_id: self.keys_for(binding_id).split(", ")[0]  # noqa: E731
         if pane.phase == RUNNING:

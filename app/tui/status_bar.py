@@ -34,6 +34,7 @@ class StatusBar(Widget):
     model_failed: reactive[bool] = reactive(False)
     device: reactive[str] = reactive("")
     strength: reactive[float] = reactive(0.5)
+    show_strength: reactive[bool] = reactive(False)  # only while text is selected (what Rewrite would use)
 
     def render(self) -> Text:
         style = self.get_component_rich_style
@@ -50,7 +51,8 @@ class StatusBar(Widget):
         elif self.notice:
             left.append(f"  {self.notice}", style("status-bar--error" if self.notice.startswith("edit failed") else "status-bar--dim"))
         right = Text()
-        right.append(f"rewrite {self.strength:.0%}  ", style("status-bar--dim"))
+        if self.show_strength:
+            right.append(f"rewrite {self.strength:.0%}  ", style("status-bar--dim"))
         right.append(self.model, style("status-bar--error") if self.model_failed else "")
         if self.device:
             right.append(f" · {self.device}", style("status-bar--dim"))
