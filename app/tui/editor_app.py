@@ -68,6 +68,10 @@ def key_label(key: str) -> str:
     return "+".join(KEY_NAMES.get(part, part.upper() if len(part) == 1 else part.capitalize()) for part in key.split("+"))
 
 
+def rate_label(tokens_per_second: float) -> str:
+    return f"{tokens_per_second:.1f} tok/s" if tokens_per_second < 10 else f"{tokens_per_second:.0f} tok/s"
+
+
 class SharpenApp(EditActions, FileActions, App):
     """The editor. `files` open in tabs; `config` is app.config.Config; `themes` from themes.load_themes."""
 
@@ -270,7 +274,7 @@ class SharpenApp(EditActions, FileActions, App):
         stats = pane.edit_run.stats if pane.edit_run is not None else None
         first_key = lambda binding_id: self.keys_for(binding_id).split(", ")[0]  # noqa: E731
         if pane.phase == RUNNING:
-            progress = f"step {stats.step}/{stats.total_steps} · {stats.tokens_per_second:.0f} tok/s" if stats else "starting…"
+            progress = f"step {stats.step}/{stats.total_steps} · {rate_label(stats.tokens_per_second)}" if stats else "starting…"
             status.run = f"{progress} · {first_key('cancel')} cancels"
         elif pane.phase == PREVIEW:
             run = pane.edit_run

@@ -194,7 +194,8 @@ class EditorPane(Container):
         run.stats, run.result, run.final_pieces = message.stats, message.result, message.pieces
         result = message.result
         rate = result.tokens / message.stats.compute_seconds if message.stats.compute_seconds else 0.0
-        self.notice = f"{result.tokens} tokens in {result.steps} steps, {message.stats.compute_seconds:.2f} s ({rate:.0f} tok/s)"
+        rate_text = f"{rate:.1f}" if rate < 10 else f"{rate:.0f}"
+        self.notice = f"{result.tokens} tokens in {result.steps} steps, {message.stats.compute_seconds:.2f} s ({rate_text} tok/s)"
         self._set_phase(PREVIEW)
         self._show_result()
 
