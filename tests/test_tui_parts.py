@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from sharpen.app.config import Config, load_config, merge_args, parse_config
 from sharpen.app.tui.buffer_file import BufferFile, restore_line_endings, split_endings
-from sharpen.app.tui.preview import DOUBTFUL, MASK_GLYPH, MASKED, SURE, UNSURE, Piece, compose, span_pieces
+from sharpen.app.tui.preview import DOUBTFUL, MARKED, MASK_GLYPH, MASKED, SURE, UNSURE, Piece, compose, span_pieces
 from sharpen.app.tui.themes import load_themes, parse_theme
 from sharpen.core.errors import UsageError
 
@@ -28,6 +28,9 @@ def test_compose_splices_pieces_and_styles_each_line():
     assert layout.styles_for(2) == [(0, 1, SURE)]
     assert layout.styles_for(3) == [(0, 2, MASKED)]
     assert layout.span_rows == (1, 3)
+    marked = compose(text, [(4, 7)], [[Piece("2\n2", SURE)]], marks=[(0, 3), (8, 13), (5, 9)])
+    assert marked.styles_for(0) == [(0, 3, MARKED)]  # before the span: where it was
+    assert marked.styles_for(2) == [(0, 1, SURE), (2, 7, MARKED)]  # after it: moved with its text
 
 
 _chunks = st.text(alphabet="ab\n", max_size=6)

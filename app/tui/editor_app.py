@@ -123,6 +123,10 @@ class SharpenApp(EditActions, FileActions, App):
             await self.add_buffer(buffer, activate=False)  # the first file named stays the one shown
         self.panes()[0].editor.focus()
         self.status.strength = self.strength
+        unknown = sorted(set(self.config.keymap) - {b.id for b in BINDINGS})
+        if unknown:
+            known = ", ".join(sorted(b.id for b in BINDINGS))
+            self.notify(f"[keymap] has no binding {unknown[0]!r}; known ids: {known}", title="Config", severity="warning", timeout=15)
         if self.load_model_on_start:
             self.call_after_refresh(self.start_model_loading)
 

@@ -226,7 +226,7 @@ class EditorPane(Container):
 
     def _show(self, pieces: list[list[Piece]]) -> None:
         run = self.edit_run
-        layout = compose(run.text, [(s.start, s.end) for s in run.spans], pieces)
+        layout = compose(run.text, [(s.start, s.end) for s in run.spans], pieces, self.editor.marks)
         preview = self.preview
         if preview.language != self.editor.language:
             preview.language = self.editor.language

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MASKED, DOUBTFUL, UNSURE, SURE, FINAL = "masked", "doubtful", "unsure", "sure", "final"
-KINDS = (MASKED, DOUBTFUL, UNSURE, SURE, FINAL)
+MARKED = "marked"  # a region marked for a later parallel edit, outside this run's spans
+KINDS = (MASKED, DOUBTFUL, UNSURE, SURE, FINAL, MARKED)
 MASK_GLYPH = "░"  # one per still-masked slot: the blur that sharpens into text
 SURE_AT = 0.9  # confidence at or above which a token is drawn at full strength
 UNSURE_AT = 0.5  # below this a token is drawn faintest
@@ -82,10 +83,11 @@ class Layout:
         return self.line_styles.get(row, [])
 
 
-def compose(text: str, spans: list[tuple[int, int]], pieces: list[list[Piece]]) -> Layout:
+def compose(text: str, spans: list[tuple[int, int]], pieces: list[list[Piece]], marks: list[tuple[int, int]] = ()) -> Layout:
     """Splice each span's pieces over [start, end) of `text` (sorted, non-overlapping spans).
 
-    Offsets are characters of `text` with '\\n' line breaks.
+    Offsets are characters of `text` with '\\n' line breaks. `marks` outside the spans keep
+    their highlight, moved by what the spans before them grew or shrank.
     """
     parts: list[str] = []
     ranges: list[tuple[int, int, str]] = []  # offsets in the composed text
@@ -103,6 +105,12 @@ def compose(text: str, spans: list[tuple[int, int]], pieces: list[list[Piece]]) 
         cursor = end
     parts.append(text[cursor:])
     composed = "".join(parts)
+    for start, end in marks:
+        if any(start < e and s < end for s, e in spans):
+            continue
+        shift = sum((b - a) - (e - s) for (s, e), (a, b) in zip(spans, span_ranges) if e <= start)
+        ranges.append((start + shift, end + shift, MARKED))
+    ranges.sort()
     line_styles: dict[int, list[tuple[int, int, str]]] = {}
     row, counted = 0, 0  # ranges are sorted: count line breaks incrementally, in C (str.count)
     for start, end, kind in ranges:

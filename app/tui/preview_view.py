@@ -27,6 +27,7 @@ class PreviewView(TextArea, can_focus=False):
         & > .preview-view--unsure { background: $accent 12%; text-style: dim; }
         & > .preview-view--sure { background: $accent 12%; }
         & > .preview-view--final { background: $accent 20%; }
+        & > .preview-view--marked { background: $accent 35%; text-style: underline; }
     }
     """
 
