@@ -9,6 +9,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from textual.command import CommandList
 
 from sharpen.app.config import Config, Sampling, parse_config
 from sharpen.app.tui.commands import COMMANDS
@@ -47,6 +48,14 @@ async def wait_for(pilot, predicate, timeout: float = 20.0) -> None:
 async def with_model(app, pilot, denoiser) -> None:
     app.post_message(ModelLoaded(denoiser, "cpu", 0.0))
     await wait_for(pilot, lambda: app.denoiser is not None)
+
+
+def top_command(app) -> str:
+    """The palette's first hit, once its search has answered."""
+    try:
+        return str(app.screen.query_one(CommandList).get_option_at_index(0).prompt).splitlines()[0]
+    except Exception:  # no palette yet, or no hits yet
+        return ""
 
 
 def select_line(editor, row: int) -> None:
@@ -222,7 +231,7 @@ async def test_palette_has_every_command_and_runs_infill(example, tiny_denoiser)
         select_line(app.active_pane().editor, 4)
         await pilot.press("ctrl+p")
         await pilot.press(*"Infill")
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: top_command(app) == "Infill")
         await pilot.press("enter")
         pane = app.active_pane()
         await wait_for(pilot, lambda: pane.phase == PREVIEW)
@@ -242,10 +251,24 @@ async def test_keymap_from_config_rebinds_by_id(example, tiny_denoiser):
         assert app.keys_for("infill") == "F5"
 
 
-async def test_model_loads_in_the_background(example, tiny_model_dir):
+async def test_model_loads_in_the_background(example, tiny_model_dir, monkeypatch):
+    import threading
+
+    from sharpen.app.tui import editor_app, model_runner
+
+    gate = threading.Event()
+
+    def slow_load(config, post):  # holds the load until the test has typed
+        gate.wait(30)
+        model_runner.load_model(config, post)
+
+    monkeypatch.setattr(editor_app, "load_model", slow_load)
     app = SharpenApp([example], Config(model=str(tiny_model_dir), device="cpu"), load_themes(None))
     async with app.run_test(size=SIZE) as pilot:
-        assert app.status.model == "loading model…"  # the first screen does not wait for torch
+        assert app.status.model == "loading model…" and app.denoiser is None
+        await pilot.press("z")  # the editor works while the model loads
+        assert app.active_pane().editor.text.startswith("z")
+        gate.set()
         await wait_for(pilot, lambda: app.denoiser is not None, timeout=60)
         assert app.status.model == "tiny-random" and app.status.device == "cpu"
 
