@@ -23,6 +23,11 @@ from ..core.errors import UsageError
 APP_NAME = "sharpen"
 POLICIES = ("confidence", "margin", "entropy", "random")
 SCHEDULES = ("fixed", "threshold")
+# The engine's names, repeated here because importing core.engine or core.sampler imports torch.
+LENGTHS = ("fixed", "adaptive")
+CACHES = ("none", "prefix", "dual")
+KERNELS = ("auto", "reference", "triton")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -40,12 +45,21 @@ class Sampling:
     seed: int = 0
     samples: int = 1  # > 1: alternatives to cycle with Alt+] / Alt+[
     context_tokens: int = 1024  # text around the spans the model sees
+    length: str = "fixed"  # infill length: the slot budget, or "adaptive" (grow while a span fills up)
+    candidates: int = 1  # > 1: that many infill lengths in one batch, ranked by parse then confidence
+    cache: str = "dual"  # KV cache per block: none is exact, dual the fastest
+    kernels: str = "auto"  # per-step kernels: triton on CUDA, the torch reference elsewhere
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}; known: {', '.join(POLICIES)}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r}; known: {', '.join(SCHEDULES)}")
+        for name, value, known in (("length", self.length, LENGTHS), ("cache", self.cache, CACHES), ("kernels", self.kernels, KERNELS)):
+            if value not in known:
+                raise ValueError(f"unknown {name} {value!r}; known: {', '.join(known)}")
+        if not 1 <= self.candidates <= 16:
+            raise ValueError("candidates must be between 1 and 16")
         if self.steps is not None and self.steps < 1:
             raise ValueError("steps must be at least 1")
         if self.samples < 1:
@@ -58,6 +72,7 @@ class Sampling:
 class Config:
     model: str | None = None  # checkpoint directory; None: the embedded model
     device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
+    dtype: str = "auto"  # weights: bfloat16 on GPU, float32 on CPU, unless set
     theme: str = "sharpen-dark"  # a shipped theme or one in <config dir>/themes
     infill_tokens: int = 32  # slot budget for an infill at a bare cursor (pad/eos trims it)
     rewrite_strength: float = 0.5  # share of a selection a rewrite re-noises
@@ -72,6 +87,8 @@ class Config:
             raise ValueError("rewrite_strength must be in (0, 1]")
         if not 1 <= self.infill_tokens <= 4096:
             raise ValueError("infill_tokens must be between 1 and 4096")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
         if self.frame_rate < 1:
             raise ValueError("frame_rate must be at least 1")
         if self.min_step_ms < 0:
@@ -136,8 +153,9 @@ def load_config(path: Path | None = None) -> Config:
 
 
 # Command-line options that override the config when given (argparse dest -> where it goes).
-_TOP_LEVEL_OPTIONS = ("model", "device", "theme")
-_SAMPLING_OPTIONS = ("steps", "policy", "schedule", "threshold", "block_size", "temperature", "top_k", "top_p", "seed", "samples", "context_tokens")
+_TOP_LEVEL_OPTIONS = ("model", "device", "dtype", "theme")
+_SAMPLING_OPTIONS = ("steps", "policy", "schedule", "threshold", "block_size", "temperature", "top_k", "top_p", "seed",
+                     "samples", "context_tokens", "length", "candidates", "cache", "kernels")
 
 
 def merge_args(config: Config, args, defaults: dict) -> Config:

@@ -258,9 +258,9 @@ async def test_model_loads_in_the_background(example, tiny_model_dir, monkeypatc
 
     gate = threading.Event()
 
-    def slow_load(config, post):  # holds the load until the test has typed
+    def slow_load(config, post, cli_args=None):  # holds the load until the test has typed
         gate.wait(30)
-        model_runner.load_model(config, post)
+        model_runner.load_model(config, post, cli_args)
 
     monkeypatch.setattr(editor_app, "load_model", slow_load)
     app = SharpenApp([example], Config(model=str(tiny_model_dir), device="cpu"), load_themes(None))

@@ -93,8 +93,10 @@ def test_command_line_options_win_over_the_config():
     parser = build_parser()
     defaults = {a.dest: a.default for a in parser._actions}
     config = Config(device="cuda", sampling=parse_config("[sampling]\nsteps = 9\nseed = 4\n").sampling)
-    merged = merge_args(config, parser.parse_args(["f.py", "--steps", "3", "--theme", "sharpen-dusk"]), defaults)
+    argv = ["f.py", "--steps", "3", "--theme", "sharpen-dusk", "--length", "adaptive", "--cache", "none"]
+    merged = merge_args(config, parser.parse_args(argv), defaults)
     assert (merged.sampling.steps, merged.sampling.seed, merged.device, merged.theme) == (3, 4, "cuda", "sharpen-dusk")
+    assert (merged.sampling.length, merged.sampling.cache, merged.sampling.kernels) == ("adaptive", "none", "auto")
 
 
 def test_shipped_and_user_themes_load(tmp_path):

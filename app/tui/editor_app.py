@@ -87,8 +87,9 @@ class SharpenApp(EditActions, FileActions, App):
     """
 
     def __init__(self, files: list[Path], config: Config = Config(), themes: dict[str, LoadedTheme] | None = None,
-                 load_model_on_start: bool = True) -> None:
+                 load_model_on_start: bool = True, cli_args=None) -> None:
         super().__init__()
+        self.cli_args = cli_args  # the command line's model options (--dtype, --trust-remote-code, ...)
         self.files, self.config, self.loaded_themes = files, config, themes or {}
         self.denoiser = None
         self.model_error: str | None = None  # set when loading failed: the model is unavailable
@@ -190,7 +191,7 @@ class SharpenApp(EditActions, FileActions, App):
 
     def start_model_loading(self) -> None:
         self.status.model = "loading model…"
-        self.run_worker(partial(load_model, self.config, self.post_message), thread=True, group="model", exit_on_error=False)
+        self.run_worker(partial(load_model, self.config, self.post_message, self.cli_args), thread=True, group="model", exit_on_error=False)
 
     def on_model_loaded(self, message: ModelLoaded) -> None:
         self.denoiser, self.model_error = message.denoiser, None
@@ -307,6 +308,6 @@ def run_editor(args) -> int:
         raise UsageError(f"unknown theme {config.theme!r}; known: {', '.join(known)}")
     if "-" in args.files:
         raise UsageError("the editor cannot open stdin (-); use --apply-edit for pipes")
-    app = SharpenApp([Path(f) for f in args.files], config, themes)
+    app = SharpenApp([Path(f) for f in args.files], config, themes, cli_args=args)
     app.run()
     return app.return_code or 0

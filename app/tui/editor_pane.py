@@ -94,7 +94,8 @@ class EditorPane(Container):
         """Run `spans` (sorted offsets of the current buffer) on the model in a thread worker."""
         self._stop_run()
         self.edit_run = Run(next(_run_ids), self.editor.buffer_text, tuple(spans), threading.Event())
-        job = EditJob(self.edit_run.id, self.edit_run.text, self.edit_run.spans, config.sampling, config.frame_rate, config.min_step_ms)
+        path = str(self.editor.buffer.path) if self.editor.buffer.path else None
+        job = EditJob(self.edit_run.id, self.edit_run.text, self.edit_run.spans, config.sampling, config.frame_rate, config.min_step_ms, path)
         self.notice = "starting…"
         self._frames_shown = 0
         self._set_phase(RUNNING)
@@ -131,8 +132,7 @@ class EditorPane(Container):
         editor.history.checkpoint()
         result = editor.replace(segment, editor.location_of(first), editor.location_of(last))
         editor.history.checkpoint()
-        editor.move_cursor(result.end_location)
-        editor.clear_marks()
+        editor.move_cursor(result.end_location)  # marks inside the edit are dropped by it, others move with their text
         self.notice = f"accepted {sum(len(t) for t in texts)} characters (undo restores)"
         self._announce()
         return True

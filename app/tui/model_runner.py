@@ -25,13 +25,21 @@ log = logging.getLogger(__name__)
 MODEL_LOCK = threading.Lock()
 
 
-def load_model(config: Config, post: Callable) -> None:
+def model_arguments(config: Config, cli_args=None) -> SimpleNamespace:
+    """What model_choice.load_model reads: the command line's model options, the config's model/device/dtype."""
+    args = SimpleNamespace(**vars(cli_args)) if cli_args is not None else SimpleNamespace()
+    args.model, args.device, args.dtype = config.model, config.device, config.dtype
+    args.quiet = True  # a device plan printed on stderr would land on top of the screen
+    return args
+
+
+def load_model(config: Config, post: Callable, cli_args=None) -> None:
     """Load the configured checkpoint (None: the embedded model) and post the outcome."""
     started = time.perf_counter()
     try:
         from ..model_choice import load_model as load
 
-        denoiser = load(SimpleNamespace(model=config.model, device=config.device))
+        denoiser = load(model_arguments(config, cli_args))
     except SharpenError as exc:
         post(ModelFailed(str(exc)))
         return
@@ -50,6 +58,7 @@ class EditJob:
     sampling: Sampling
     frame_rate: int = 30  # at most this many EditProgress messages a second
     min_step_ms: int = 0  # pace steps so a fast model can still be watched
+    path: str | None = None  # the buffer's file: candidate ranking parses by its language
 
 
 def sampler_settings(sampling: Sampling):
@@ -57,7 +66,7 @@ def sampler_settings(sampling: Sampling):
 
     return SamplerSettings(
         steps=sampling.steps, policy=sampling.policy, schedule=sampling.schedule, threshold=sampling.threshold,
-        block_size=sampling.block_size, temperature=sampling.temperature, top_k=sampling.top_k,
+        block_size=sampling.block_size, cache=sampling.cache, kernels=sampling.kernels, temperature=sampling.temperature, top_k=sampling.top_k,
         top_p=sampling.top_p, seed=sampling.seed, samples=sampling.samples,
     )
 
@@ -83,7 +92,11 @@ def _run(job: EditJob, denoiser, post: Callable, should_stop: Callable[[], bool]
     last_post = float("-inf")
     interval = 1.0 / job.frame_rate
     try:
-        frames = run_edit(denoiser, job.text, list(job.spans), sampler_settings(job.sampling), job.sampling.context_tokens, should_stop)
+        from ..syntax_specs import edit_options
+
+        options = edit_options(SimpleNamespace(candidates=job.sampling.candidates, length=job.sampling.length, file=job.path))
+        settings = sampler_settings(job.sampling)
+        frames = run_edit(denoiser, job.text, list(job.spans), settings, job.sampling.context_tokens, should_stop, **options)
         while True:
             started = time.perf_counter()
             edit_frame = next(frames, None)
