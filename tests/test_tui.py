@@ -341,6 +341,9 @@ async def test_find_go_to_line_wrap_and_theme(example):
         assert editor.selection.end == (13, 4)
         await pilot.press("alt+z")
         assert editor.soft_wrap
+        await pilot.press("alt+o", *str(EXAMPLE), "enter")
+        await wait_for(pilot, lambda: len(app.panes()) == 2)
+        assert app.active_pane().editor.buffer.path == EXAMPLE
         app.theme = "sharpen-light"
         await pilot.pause()
         assert editor.theme == "sharpen-light" and app.active_pane().preview.theme == "sharpen-light"

@@ -16,7 +16,7 @@ from textual.css.query import NoMatches
 from textual.theme import BUILTIN_THEMES, Theme
 from textual.widgets import Footer, TabbedContent, TabPane, TextArea
 
-from ...core.errors import UsageError
+from ...core.errors import SharpenError, UsageError
 from ..config import Config
 from .buffer_file import BufferFile, language_for
 from .commands import COMMANDS, SharpenCommands
@@ -87,7 +87,7 @@ class SharpenApp(EditActions, FileActions, App):
     """
 
     def __init__(self, files: list[Path], config: Config = Config(), themes: dict[str, LoadedTheme] | None = None,
-                 load_model_on_start: bool = True, cli_args=None) -> None:
+                 load_model_on_start: bool = True, cli_args=None, config_path: Path | None = None) -> None:
         super().__init__()
         self.cli_args = cli_args  # the command line's model options (--dtype, --trust-remote-code, ...)
         self.files, self.config, self.loaded_themes = files, config, themes or {}
@@ -97,7 +97,7 @@ class SharpenApp(EditActions, FileActions, App):
         self.load_model_on_start = load_model_on_start
         self._buffer_ids = 0
         self._footer_phase = IDLE
-        self.config_hint = "the config file (sharpen --print-config-path)"
+        self.config_path = config_path  # None: the default place (see app.config.default_config_path)
         if config.keymap:
             self.set_keymap(config.keymap)
 
@@ -116,9 +116,7 @@ class SharpenApp(EditActions, FileActions, App):
         for path in self.files:
             try:
                 buffers.append(BufferFile.open(path))
-            except UsageError as exc:
-                self.notify(str(exc), severity="error")
-            except Exception as exc:  # InputError and friends: say it, open the rest
+            except SharpenError as exc:  # binary, not UTF-8, a directory...: say so, open the rest
                 self.notify(str(exc), title="Cannot open", severity="error")
         for buffer in buffers or [BufferFile(None)]:
             await self.add_buffer(buffer, activate=False)  # the first file named stays the one shown
@@ -218,7 +216,9 @@ class SharpenApp(EditActions, FileActions, App):
     def action_help(self) -> None:
         rows = [(self.keys_for(c.binding_id) if c.binding_id else c.fixed_keys, c.title, c.binding_id or "") for c in COMMANDS]
         rows += [("ctrl+p", "Command palette", ""), ("shift+arrows, mouse drag", "Select", ""), ("ctrl+x / ctrl+c / ctrl+v", "Cut / copy / paste", "")]
-        hint = f"Rebind keys in {self.config_hint}, table [keymap]: binding-id = \"key\". Esc closes."
+        from ..config import default_config_path
+
+        hint = f"Rebind keys in {self.config_path or default_config_path()}, table [keymap]: binding-id = \"key\". Esc closes."
         self.push_screen(HelpScreen(rows, hint))
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
@@ -308,6 +308,6 @@ def run_editor(args) -> int:
         raise UsageError(f"unknown theme {config.theme!r}; known: {', '.join(known)}")
     if "-" in args.files:
         raise UsageError("the editor cannot open stdin (-); use --apply-edit for pipes")
-    app = SharpenApp([Path(f) for f in args.files], config, themes, cli_args=args)
+    app = SharpenApp([Path(f) for f in args.files], config, themes, cli_args=args, config_path=config_path)
     app.run()
     return app.return_code or 0

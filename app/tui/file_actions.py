@@ -77,7 +77,7 @@ class FileActions:
         except SharpenError as exc:
             self.notify(str(exc), title="Cannot open", severity="error")
             return
-        self.add_buffer(buffer)
+        self.call_later(self.add_buffer, buffer)
 
     async def action_quit(self) -> None:
         dirty = [pane for pane in self.panes() if pane.editor.unsaved]
