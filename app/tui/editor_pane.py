@@ -153,6 +153,7 @@ class EditorPane(Container):
         if self.phase == PREVIEW:
             self.reject()
             return True
+        self.notice = ""  # the last run's note is stale once the buffer moves on
         return False
 
     def _stop_run(self) -> None:
