@@ -21,7 +21,7 @@ from sharpen.app.tui.themes import load_themes
 
 HERE = Path(__file__).resolve().parent
 EXAMPLE = HERE.parent / "examples" / "fizzbuzz.py"
-SIZE = (104, 30)
+SIZE = (120, 30)
 
 
 def tiny_random_model(out: Path) -> Path:

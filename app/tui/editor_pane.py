@@ -25,7 +25,7 @@ from .buffer_file import BufferFile
 from .editor_area import EditorArea
 from .messages import EditCancelled, EditFailed, EditFinished, EditProgress, RunStats
 from .model_runner import EditJob, run_job
-from .preview import FINAL, Piece, compose, pieces_text
+from .preview import EMPTY_GLYPH, FINAL, MASKED, Piece, compose, pieces_text
 from .preview_view import PreviewView
 
 IDLE, RUNNING, PREVIEW = "idle", "running", "preview"
@@ -196,7 +196,8 @@ class EditorPane(Container):
         result = message.result
         rate = result.tokens / message.stats.compute_seconds if message.stats.compute_seconds else 0.0
         rate_text = f"{rate:.1f}" if rate < 10 else f"{rate:.0f}"
-        self.notice = f"{result.tokens} tokens in {result.steps} steps, {message.stats.compute_seconds:.2f} s ({rate_text} tok/s)"
+        tokens = "1 token" if result.tokens == 1 else f"{result.tokens} tokens"
+        self.notice = f"{tokens} in {result.steps} steps, {message.stats.compute_seconds:.2f} s ({rate_text} tok/s)"
         self._set_phase(PREVIEW)
         self._show_result()
 
@@ -221,7 +222,10 @@ class EditorPane(Container):
             text = span.alternatives[run.choice]
             frame = run.final_pieces[i] if run.final_pieces else []
             # Sample 0's confidence styling is kept when it is the text shown.
-            pieces.append(frame if pieces_text(frame) == text else [Piece(text, FINAL)])
+            if not text:
+                pieces.append([Piece(EMPTY_GLYPH, MASKED)])
+            else:
+                pieces.append(frame if pieces_text(frame) == text else [Piece(text, FINAL)])
         self._show(pieces)
         self._announce()
 

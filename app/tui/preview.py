@@ -12,6 +12,7 @@ MASKED, DOUBTFUL, UNSURE, SURE, FINAL = "masked", "doubtful", "unsure", "sure", 
 MARKED = "marked"  # a region marked for a later parallel edit, outside this run's spans
 KINDS = (MASKED, DOUBTFUL, UNSURE, SURE, FINAL, MARKED)
 MASK_GLYPH = "░"  # one per still-masked slot: the blur that sharpens into text
+EMPTY_GLYPH = "∅"  # a finished span whose result is empty, so the preview still shows where it is
 SURE_AT = 0.9  # confidence at or above which a token is drawn at full strength
 UNSURE_AT = 0.5  # below this a token is drawn faintest
 
