@@ -138,6 +138,17 @@ async def test_escape_cancels_a_running_edit_at_once(example, tiny_denoiser):
         assert pane.phase == IDLE and pane.editor.text == original
 
 
+async def test_quitting_during_a_run_stops_it(example, tiny_denoiser):
+    app = make_app([example], Config(sampling=Sampling(steps=8), min_step_ms=2000))
+    async with app.run_test(size=SIZE) as pilot:
+        await with_model(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        await pilot.press("alt+i")
+        run = pane.edit_run
+        await pilot.press("ctrl+q")
+    assert run.stop.is_set()  # the thread stops between two steps instead of running 16 s on
+
+
 async def test_typing_during_a_run_cancels_it_and_types(example, tiny_denoiser):
     app = make_app([example], SLOW)
     async with app.run_test(size=SIZE) as pilot:

@@ -88,6 +88,11 @@ class EditorPane(Container):
         self.watch(self.editor, "scroll_y", self._follow_scroll, init=False)
         self.watch(self.editor, "scroll_x", self._follow_scroll, init=False)
 
+    def on_unmount(self) -> None:
+        # Thread workers cannot be killed, and Python waits for them at exit: stop the run
+        # between two steps so quitting during a long run does not wait for its end.
+        self._stop_run()
+
     # -- starting and stopping ----------------------------------------------------------
 
     def start(self, spans: list[Span], denoiser, config: Config) -> None:
