@@ -50,6 +50,7 @@ class SamplerSettings:
     remask_below: float | None = None  # error correction: re-mask committed tokens whose probability falls below this
     rewrite_order: str = "confidence"  # which tokens a rewrite re-noises first: least confident, or random
     kernels: str = "auto"  # auto: triton on CUDA, reference elsewhere; or "reference" / "triton"
+    pad_ends_span: bool = True  # infill: a committed pad/eos ends the span, masked slots after it become pad
 
     def __post_init__(self) -> None:
         checks = [
@@ -161,6 +162,8 @@ def denoise(
 
     _renoise_rewrites(denoiser, canvas, settings, x, confidence, generator)
     denoised = x == mask_id  # [B, T] the positions this run fills
+    end_ids = torch.tensor(getattr(denoiser.spec, "end_ids", ()), dtype=torch.long, device=device)
+    infill_slots = [r for span, r in zip(canvas.spans, canvas.slots) if span.mode == "infill" and len(r)]
     guesses = x.clone()
     plan = _plan(slot_positions, settings)
     total = sum(steps for _, steps in plan)
@@ -217,9 +220,25 @@ def denoise(
             guesses[:, block] = torch.where(still, proposal, tokens)
             block_conf = confidence[:, block]
             confidence[:, block] = torch.where(commit | (still & active), p_token, block_conf)
+            if settings.pad_ends_span and end_ids.numel():
+                _pad_after_end(x, infill_slots, end_ids, mask_id, denoised, guesses)
             step += 1
             yield frame(step, total)
     yield frame(step, total, done=True)
+
+
+def _pad_after_end(x, spans: list[range], end_ids, mask_id: int, denoised, guesses) -> None:
+    """Trained infills are content then pad: once a slot holds pad/eos, the masked slots
+    after it in that span can only be pad. Committing them at once saves steps and keeps
+    a confident early pad from leaving holes (in place; filled slots are not scored)."""
+    pad = end_ids[0]
+    for r in spans:
+        region = x[:, r.start:r.stop]  # [B, S]
+        ended = torch.isin(region, end_ids).cumsum(1) > 0  # at or after the first pad
+        fill = ended & (region == mask_id)
+        x[:, r.start:r.stop] = torch.where(fill, pad, region)
+        guesses[:, r.start:r.stop] = torch.where(fill, pad, guesses[:, r.start:r.stop])
+        denoised[:, r.start:r.stop] &= ~fill
 
 
 def _index_in(sorted_positions: torch.Tensor, subset: torch.Tensor) -> torch.Tensor:

@@ -213,3 +213,31 @@ def test_mask_and_control_bytes_are_never_proposed(tiny_denoiser):
     assert spec.mask_id in tiny_denoiser.banned_ids.tolist() and nul in tiny_denoiser.banned_ids.tolist()
     result = apply_edit(Stubborn(tiny_denoiser), TEXT, [Span(4, 7, max_tokens=5)])
     assert result.spans[0].text == "qqqqq"
+
+
+def test_a_committed_pad_ends_the_infill_span(tiny_denoiser):
+    tok, spec = tiny_denoiser.tokenizer, tiny_denoiser.spec
+    letter = tok.encode("q")[0]
+
+    class EarlyPad:
+        """Sure of a pad at the third slot, lukewarm about 'q' everywhere else."""
+
+        def __init__(self, inner):
+            self.spec, self.tokenizer, self.max_len, self.device = inner.spec, inner.tokenizer, inner.max_len, inner.device
+            self.banned_ids = inner.banned_ids
+
+        def logits(self, ids, want=None, run=None, cache=None):
+            out = torch.full((*ids.shape, tok.vocab_size), -5.0)
+            out[..., letter] = 1.0
+            out[:, first_slot + 2, spec.pad_id] = 20.0
+            return out if want is None else out[:, want]
+
+    text = "abc def ghi"
+    span = Span(4, 7, max_tokens=8)
+    first_slot = build_canvas(text, [span], tok, spec.mask_id, 1024, tiny_denoiser.max_len).slots[0].start
+    fixed = SamplerSettings(schedule="fixed", cache="none")
+    result = apply_edit(EarlyPad(tiny_denoiser), text, [span], fixed)
+    assert result.spans[0].text == "qq"
+    assert result.steps == 3  # pad first (fills the 5 slots after it), then one 'q' per step
+    holes = apply_edit(EarlyPad(tiny_denoiser), text, [span], SamplerSettings(schedule="fixed", cache="none", pad_ends_span=False))
+    assert holes.spans[0].text == "q" * 7 and holes.steps == 8
