@@ -51,6 +51,7 @@ class SamplerSettings:
     rewrite_order: str = "confidence"  # which tokens a rewrite re-noises first: least confident, or random
     kernels: str = "auto"  # auto: triton on CUDA, reference elsewhere; or "reference" / "triton"
     pad_ends_span: bool = True  # infill: a committed pad/eos ends the span, masked slots after it become pad
+    defer_end: bool = True  # commit content before pad/eos proposals; pads commit once only pads are proposed
 
     def __post_init__(self) -> None:
         checks = [
@@ -203,8 +204,17 @@ def denoise(
             remaining = active.sum(1)  # [B]
             steps_left = max(1, block_steps - block_step)
             quota = remaining if last else (remaining + steps_left - 1) // steps_left  # [B]
+            sure = (p_token >= settings.threshold) & active  # [B, P]
+            if settings.defer_end and end_ids.numel():
+                # Content before pad: a model sure of the pad at the far end would otherwise
+                # close the span from the right before writing anything (the "EOS trap").
+                is_end = torch.isin(proposal, end_ids) & active
+                ranking = torch.where(is_end, ranking - 1e3, ranking)
+                only_end = ~(active & ~is_end).any(1)  # [B] nothing but pad proposed: close it
+                sure = sure & ~is_end
+                quota = torch.where(only_end, remaining, quota)
             if settings.schedule == "threshold":
-                quota = torch.maximum(quota, ((p_token >= settings.threshold) & active).sum(1))
+                quota = torch.maximum(quota, sure.sum(1))
             commit = kernels.select_commits(ranking, active, quota, impl)  # [B, P]
 
             if settings.remask_below and not last:

@@ -235,9 +235,12 @@ def test_a_committed_pad_ends_the_infill_span(tiny_denoiser):
     text = "abc def ghi"
     span = Span(4, 7, max_tokens=8)
     first_slot = build_canvas(text, [span], tok, spec.mask_id, 1024, tiny_denoiser.max_len).slots[0].start
-    fixed = SamplerSettings(schedule="fixed", cache="none")
+    fixed = SamplerSettings(schedule="fixed", cache="none", defer_end=False)
     result = apply_edit(EarlyPad(tiny_denoiser), text, [span], fixed)
     assert result.spans[0].text == "qq"
     assert result.steps == 3  # pad first (fills the 5 slots after it), then one 'q' per step
-    holes = apply_edit(EarlyPad(tiny_denoiser), text, [span], SamplerSettings(schedule="fixed", cache="none", pad_ends_span=False))
+    holes = apply_edit(EarlyPad(tiny_denoiser), text, [span], SamplerSettings(schedule="fixed", cache="none", pad_ends_span=False, defer_end=False))
     assert holes.spans[0].text == "q" * 7 and holes.steps == 8
+    # Deferring pads: content is written first, the confident pad commits last.
+    deferred = apply_edit(EarlyPad(tiny_denoiser), text, [span], SamplerSettings(schedule="fixed", cache="none"))
+    assert deferred.spans[0].text == "q" * 7 and deferred.steps == 8
