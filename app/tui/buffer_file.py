@@ -11,7 +11,8 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...core.files import TextFile, newline_style, read_text_file
+from ...core.errors import InputError
+from ...core.files import TextFile, disk_change, newline_style, read_text_file, save_text_file
 
 # File suffix -> tree-sitter language shipped with textual[syntax]; others open as plain text.
 LANGUAGES = {
@@ -64,39 +65,67 @@ def restore_line_endings(original: str, lines: list[str]) -> str:
 
 @dataclass
 class BufferFile:
-    """Where a buffer came from and what is on disk, so a save writes back what it read."""
+    """Where a buffer came from and what is on disk, so a save writes back what it read.
+
+    `source` is core.files' record of the file as last read or written (mtime, size, SHA-256):
+    the base for noticing a change on disk before a save overwrites it (docs/safety.md).
+    """
 
     path: Path | None  # None: an untitled buffer
     original: str = ""  # the text as last read or written (BOM lifted off, newlines untouched)
     bom: bool = False
     mtime_ns: int = 0
+    source: TextFile | None = None  # None: untitled, or a file that did not exist when opened
 
     @classmethod
     def open(cls, path: Path) -> "BufferFile":
         """Read `path`; a file that does not exist yet is an empty buffer saved on first write."""
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return cls(path)
         text_file: TextFile = read_text_file(path)
-        return cls(path, text_file.text, text_file.bom, text_file.mtime_ns)
+        return cls(path, text_file.text, text_file.bom, text_file.mtime_ns, text_file)
 
     @property
     def name(self) -> str:
         return self.path.name if self.path else "untitled"
 
+    def disk_change(self) -> str | None:
+        """Why the file on disk is no longer what this buffer read or wrote, or None.
+
+        Content decides (a `touch` alone is no change). A file that did not exist when
+        opened counts as changed once something else creates it.
+        """
+        if self.path is None:
+            return None
+        if self.source is None:
+            return "it was created by another program" if self.path.exists() else None
+        return disk_change(self.source)
+
     def changed_on_disk(self) -> bool:
-        try:
-            return self.path is not None and self.mtime_ns != 0 and self.path.stat().st_mtime_ns != self.mtime_ns
-        except OSError:
-            return False
+        return self.disk_change() is not None
 
-    def save(self, lines: list[str], path: Path | None = None) -> None:
-        """Write the buffer's lines atomically, with the file's BOM and line endings."""
-        from ...core.files import atomic_write, encode_text
+    def text_for(self, lines: list[str]) -> str:
+        """The text a save of `lines` would write (the file's own line endings restored)."""
+        return restore_line_endings(self.original, lines)
 
+    def save(self, lines: list[str], path: Path | None = None, check_disk: bool = True) -> None:
+        """Write the buffer's lines atomically, with the file's BOM and line endings.
+
+        Writing to the buffer's own file with `check_disk` refuses (InputError, nothing
+        written) when the file changed on disk since it was read or last saved; pass
+        `check_disk=False` once the user said to overwrite. The buffer's record only moves
+        on after a write that succeeded.
+        """
         target = path or self.path
         if target is None:
             raise ValueError("an untitled buffer needs a path")
-        text = restore_line_endings(self.original, lines)
-        atomic_write(target, encode_text(text, self.bom))
-        self.path, self.original = target, text
-        self.mtime_ns = target.stat().st_mtime_ns
+        text = self.text_for(lines)
+        same_file = self.path is not None and Path(target) == self.path
+        if same_file and self.source is not None:
+            base = self.source
+        else:
+            if same_file and check_disk and self.path.exists():
+                raise InputError(f"{target}: was created on disk by another program since it was opened; not overwriting it")
+            base = TextFile(Path(target), text, self.bom)  # no digest: nothing to compare with
+        saved = save_text_file(base, text, check_disk=check_disk)
+        self.path, self.original, self.source, self.mtime_ns = Path(target), text, saved, saved.mtime_ns

@@ -24,6 +24,8 @@ from .editor_pane import IDLE, PREVIEW, RUNNING, EditorPane
 from .edit_actions import EditActions
 from .file_actions import FileActions
 from .help_screen import HelpScreen
+from .recovery_actions import RecoveryActions
+from .syntax_actions import SyntaxActions
 from .messages import ModelFailed, ModelLoaded
 from .model_runner import load_model
 from .status_bar import StatusBar
@@ -37,6 +39,10 @@ BINDINGS = [
     Binding("alt+r", "rewrite", "Rewrite", id="rewrite"),
     Binding("alt+m", "mark_region", "Mark", id="mark-region"),
     Binding("alt+a", "fill_marked", "Fill marked", id="fill-marked"),  # not alt+f: terminals send it as ctrl+right
+    # Alt+E / Alt+D: E above D on the keyboard, grow / shrink. Alt+L: fiLL body.
+    Binding("alt+e", "expand_selection", "Expand", id="expand-selection", show=False),
+    Binding("alt+d", "shrink_selection", "Shrink", id="shrink-selection", show=False),
+    Binding("alt+l", "fill_body", "Fill body", id="fill-body", show=False),
     Binding("alt+c", "clear_marks", "Clear marks", id="clear-marks", show=False),
     Binding("tab", "accept", "Accept", id="accept", priority=True),
     Binding("escape", "cancel_or_reject", "Cancel/Reject", id="cancel", priority=True, show=False),
@@ -72,7 +78,7 @@ def rate_label(tokens_per_second: float) -> str:
     return f"{tokens_per_second:.1f} tok/s" if tokens_per_second < 10 else f"{tokens_per_second:.0f} tok/s"
 
 
-class SharpenApp(EditActions, FileActions, App):
+class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
     """The editor. `files` open in tabs; `config` is app.config.Config; `themes` from themes.load_themes."""
 
     TITLE = "sharpen"
@@ -112,6 +118,7 @@ class SharpenApp(EditActions, FileActions, App):
         self.theme_changed_signal.subscribe(self, self._apply_syntax_theme)
         if self.config.theme in self.available_themes:
             self.theme = self.config.theme
+        self.recovery_start()
         buffers = []
         for path in self.files:
             try:
@@ -147,6 +154,7 @@ class SharpenApp(EditActions, FileActions, App):
             tabs.active = f"tab-{self._buffer_ids}"
             pane.editor.focus()
         self.update_status()
+        self.offer_recovery(pane)  # unsaved changes from an earlier session: Restore / Discard
         return pane
 
     def panes(self) -> list[EditorPane]:
@@ -287,6 +295,11 @@ class SharpenApp(EditActions, FileActions, App):
             if run.alternatives > 1:
                 keys = "/".join(self.keys_for(i).split(", ")[-1] for i in ("next-alternative", "previous-alternative"))
                 alternatives = f" · {keys}: alternative {run.choice + 1}/{run.alternatives}"
+            candidates = getattr(run.result, "candidates", ()) or ()
+            if run.choice < len(candidates):  # syntax-ranked candidates: say why this one is where it is
+                candidate = candidates[run.choice]
+                verdict = "parses" if candidate.new_errors == 0 else ("not checked" if candidate.new_errors is None else "breaks the parse")
+                alternatives += f" · {verdict} · {sum(candidate.lengths)} slots"
             status.run = f"{first_key('accept')} accepts · {first_key('cancel')} rejects{alternatives} · {pane.notice}"
         else:
             status.run = ""
@@ -309,5 +322,6 @@ def run_editor(args) -> int:
     if "-" in args.files:
         raise UsageError("the editor cannot open stdin (-); use --apply-edit for pipes")
     app = SharpenApp([Path(f) for f in args.files], config, themes, cli_args=args, config_path=config_path)
+    app.handle_signals = True  # SIGTERM / SIGHUP: write recovery copies, then exit
     app.run()
     return app.return_code or 0

@@ -77,6 +77,8 @@ class EditorPane(Container):
         self._pending_frame: EditProgress | None = None
         self._frames_shown = 0  # of the current run: the first one loads the whole preview text
         self.notice = ""  # one line about the last run for the status bar
+        # Expand selection's history: (selection before, selection after) per expansion.
+        self.selection_stack: list[tuple[tuple[int, int], tuple[int, int]]] = []
 
     def compose(self) -> ComposeResult:
         yield self.editor
@@ -152,6 +154,7 @@ class EditorPane(Container):
 
     def _interrupt(self) -> bool:
         # Typing (or undo, paste, ...) during a run cancels it; during a preview it rejects it.
+        self.selection_stack.clear()  # offsets of earlier selections no longer hold
         if self.phase == RUNNING:
             self.cancel()
             return True

@@ -26,12 +26,21 @@ class FileActions:
         buffer = pane.editor.buffer
         if buffer.path is None:
             self.action_save_as()
-        elif buffer.changed_on_disk():
-            question = f"{buffer.path} changed on disk since it was opened. Overwrite it?"
-            choices = [("overwrite", "Overwrite", "warning"), ("cancel", "Cancel", "default")]
-            self.push_screen(ConfirmScreen(question, choices), lambda answer: answer == "overwrite" and self._write(pane))
-        else:
+            return
+        reason = buffer.disk_change()  # content, not modification time: a `touch` is no change
+        if reason is None:
             self._write(pane)
+            return
+        question = f"{buffer.path} changed on disk since it was opened or saved: {reason}. Overwrite it with this buffer?"
+        choices = [("cancel", "Cancel (keep both)", "default"), ("overwrite", "Overwrite", "warning")]
+
+        def answered(answer: str) -> None:
+            if answer == "overwrite":
+                self._write(pane, check_disk=False)
+            else:
+                self.notify("not saved: the file on disk was left as it is; the buffer keeps your changes", timeout=4)
+
+        self.push_screen(ConfirmScreen(question, choices), answered)
 
     def action_save_as(self) -> None:
         pane = self.active_pane()
@@ -40,19 +49,29 @@ class FileActions:
         current = str(pane.editor.buffer.path or "")
 
         def chosen(answer: str | None) -> None:
-            if answer:
-                self._write(pane, Path(answer).expanduser())
+            if not answer:
+                return
+            target = Path(answer).expanduser()
+            if target != pane.editor.buffer.path and (target.exists() or target.is_symlink()):
+                question = f"{target} already exists. Overwrite it with this buffer?"
+                choices = [("cancel", "Cancel", "default"), ("overwrite", "Overwrite", "warning")]
+                self.push_screen(ConfirmScreen(question, choices), lambda a: a == "overwrite" and self._write(pane, target, check_disk=False))
+            else:
+                self._write(pane, target)
 
         self.push_screen(PromptScreen("Save as:", current, placeholder="path/to/file"), chosen)
 
-    def _write(self, pane, path: Path | None = None) -> bool:
+    def _write(self, pane, path: Path | None = None, check_disk: bool = True) -> bool:
+        """Save the pane's buffer; on any failure say why and keep the buffer (still unsaved)."""
         editor = pane.editor
+        old_path = editor.buffer.path
         try:
-            editor.buffer.save(list(editor.document.lines), path)
+            editor.buffer.save(list(editor.document.lines), path, check_disk=check_disk)
         except (SharpenError, OSError, ValueError) as exc:
-            self.notify(str(exc), title="Not saved", severity="error")
+            self.notify(f"{exc}. The buffer keeps your changes.", title="Not saved", severity="error", timeout=8)
             return False
         editor.mark_saved()
+        self.recovery_saved(pane, old_path)
         language = language_for(editor.buffer.path, editor.available_languages)
         if language != editor.language:  # a new language reloads the document: keep the cursor
             selection, editor.language = editor.selection, language
@@ -77,11 +96,12 @@ class FileActions:
         except SharpenError as exc:
             self.notify(str(exc), title="Cannot open", severity="error")
             return
-        self.call_later(self.add_buffer, buffer)
+        self.call_later(self.add_buffer, buffer)  # add_buffer offers a recovery entry, if any
 
     async def action_quit(self) -> None:
         dirty = [pane for pane in self.panes() if pane.editor.unsaved]
         if not dirty:
+            self.recovery_discard_all()  # a clean quit: nothing left to recover
             self.exit()
             return
         names = ", ".join(pane.editor.buffer.name for pane in dirty)
@@ -90,6 +110,7 @@ class FileActions:
 
         def answered(answer: str) -> None:
             if answer == "discard":
+                self.recovery_discard_all()  # the user chose to drop the changes
                 self.exit()
             elif answer == "save":
                 untitled = [pane for pane in dirty if pane.editor.buffer.path is None]
