@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.errors import InputError
-from ...core.files import TextFile, disk_change, newline_style, read_text_file, save_text_file
+from ...core.files import TextFile, check_writable, disk_change, newline_style, read_text_file, save_text_file
 
 # File suffix -> tree-sitter language shipped with textual[syntax]; others open as plain text.
 LANGUAGES = {
@@ -119,6 +119,7 @@ class BufferFile:
         target = path or self.path
         if target is None:
             raise ValueError("an untitled buffer needs a path")
+        check_writable(target)  # read-only (even as root), missing or unwritable directory: one clear message
         text = self.text_for(lines)
         same_file = self.path is not None and Path(target) == self.path
         if same_file and self.source is not None:
