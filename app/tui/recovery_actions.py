@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from ...core.errors import SharpenError
+from ...core.files import newline_style
 from ...core.recovery import RecoveryStore, changed_since_recorded, worth_offering
 from .buffer_file import split_endings
 from .confirm_screen import ConfirmScreen
@@ -62,7 +63,10 @@ class RecoveryActions:
             try:
                 if editor.unsaved:
                     buffer = editor.buffer
-                    if self.recovery_store.save(path, buffer.text_for(list(editor.document.lines)), buffer.bom, buffer.source):
+                    # Joined with the file's usual line break: cheap on huge files (no diff against
+                    # the original every interval); a save restores each line's own ending anyway.
+                    text = newline_style(buffer.original).join(editor.document.lines)
+                    if self.recovery_store.save(path, text, buffer.bom, buffer.source):
                         written += 1
                     self._recovery_written.add(path)
                 elif path in self._recovery_written:  # undone back to the file's text
@@ -137,6 +141,8 @@ class RecoveryActions:
         current = buffer.original if buffer.source is not None else None
         if entry is None or not worth_offering(entry, current if current is not None else ""):
             return False
+        if split_endings(entry.text)[0] == split_endings(current or "")[0]:
+            return False  # the same lines: only line breaks differ, which a save keeps from the file anyway
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.saved_at))
         question = f"{buffer.name} has unsaved changes from {when} that were never saved. Restore them into the buffer?"
         if changed_since_recorded(entry, buffer.source):
