@@ -62,6 +62,7 @@ class Candidate:
     confidence: float  # length-normalised mean log-probability (higher is better)
     new_errors: int | None  # ERROR/MISSING nodes beyond the original's; None: not checked
     errors: int | None = None  # ERROR/MISSING nodes in the candidate's whole text
+    batch: int = 0  # batch row (canvas row x samples) it came from
 
     @property
     def parses(self) -> bool:
@@ -142,20 +143,43 @@ def plan_canvas_spans(spans: list[Span], selected: list[int], plan: CandidatePla
     return widen_spans(spans, ladders), row_lengths(ladders)
 
 
-def row_confidence(ids: tuple[int, ...], conf: tuple[float, ...], length: int, end_ids: tuple[int, ...]) -> tuple[float, int]:
-    """(sum of log-probabilities, count) of what a row wrote in one span's first `length` slots.
+def content_tokens(ids: tuple[int, ...], length: int, end_ids: tuple[int, ...], tokenizer) -> int:
+    """How many of a row's first slots are content: up to its last non-blank token, before any pad.
 
-    Counted: every content token, and the first pad/eos (the model's word that the span ends
-    there); the pads after it are the same decision repeated and are left out, so a short
-    candidate is not rewarded for its many easy pads, nor a long one for its length.
+    A run of blank tokens (spaces, line breaks) at the end of a span is padding in disguise:
+    with pad banned (exact rows), or before the pads, a model fills spare slots with them.
     """
-    total, count = 0.0, 0
-    for token, p in zip(ids[:length], conf[:length]):
-        total += math.log(max(p, 1e-9))
-        count += 1
+    written = list(ids[:length])
+    for i, token in enumerate(written):
         if token in end_ids:
+            written = written[:i]
             break
-    return total, count
+    pieces = tokenizer.pieces(written)
+    return next((i + 1 for i in range(len(pieces) - 1, -1, -1) if pieces[i].strip()), 0)
+
+
+def trim_filler(span_text: str, after: str) -> str:
+    """A candidate's span text without trailing blank filler: its line break kept unless the text after has one."""
+    content = span_text.rstrip()
+    tail = span_text[len(content):]
+    if not content:
+        return ""  # blank only: a non-answer
+    if "\n" not in tail:
+        return span_text  # spaces before the rest of the line may matter
+    if after.startswith(("\n", "\r\n")):
+        return content
+    return content + tail[: tail.index("\n") + 1]
+
+
+def row_confidence(ids: tuple[int, ...], conf: tuple[float, ...], keep: int, length: int) -> tuple[float, int]:
+    """(sum of log-probabilities, count) over a row's `keep` content tokens and the token after them.
+
+    The token after the content (a pad, or the first filler) is the model's word that the span
+    ends there; the pads or filler after it repeat that decision and are left out, so a short
+    candidate is not rewarded for many easy pads, nor a long one for its length.
+    """
+    n = min(length, keep + 1)
+    return sum(math.log(max(p, 1e-9)) for p in conf[:n]), n
 
 
 def rank(candidates: list[Candidate]) -> list[Candidate]:
@@ -178,25 +202,28 @@ def rank(candidates: list[Candidate]) -> list[Candidate]:
 
 
 def score_rows(text: str, spans: list[Span], frame, row_lengths_: list[tuple[int, ...]], samples: int,
-               span_texts: list[list[str]], end_ids: tuple[int, ...], plan: CandidatePlan) -> list[Candidate]:
+               span_texts: list[list[str]], end_ids: tuple[int, ...], plan: CandidatePlan, tokenizer) -> list[Candidate]:
     """One Candidate per batch row of a finished frame (rows are canvas rows x `samples`)."""
     from .spans import splice
 
     language, before = baseline_errors(text, plan)
     out = []
-    for b, texts in enumerate(span_texts):
+    for b, raw in enumerate(span_texts):
         lengths = row_lengths_[b // samples]
+        infills = [i for i, s in enumerate(spans) if s.mode == "infill"]
+        texts = [trim_filler(t, text[s.end:]) if s.mode == "infill" else t for s, t in zip(spans, raw)]
         if plan.confidence == "slots":
             confidence = frame.sample_scores[b]
         else:
-            parts = [row_confidence(frame.final_ids[b][i], frame.final_confidence[b][i], n, end_ids)
-                     for i, n in enumerate(lengths) if spans[i].mode == "infill"]
+            parts = [row_confidence(frame.final_ids[b][i], frame.final_confidence[b][i],
+                                    content_tokens(frame.final_ids[b][i], lengths[i], end_ids, tokenizer), lengths[i])
+                     for i in infills]
             total, count = sum(p[0] for p in parts), sum(p[1] for p in parts)
             confidence = total / count if count else frame.sample_scores[b]
         whole = splice(text, [(s.start, s.end, t) for s, t in zip(spans, texts)])
         errors = None if before is None else error_count(parse_document(whole, language))
         new = None if errors is None else max(0, errors - before)
-        out.append(Candidate(b // samples, lengths, tuple(texts), whole, confidence, new, errors))
+        out.append(Candidate(b // samples, lengths, tuple(texts), whole, confidence, new, errors, b))
     return out
 
 

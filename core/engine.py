@@ -125,7 +125,7 @@ def run_once(denoiser: Denoiser, text: str, ordered: list[Span], settings: Sampl
         per_sample = [[match_newlines(span_text(list(ids), tok, drop), newline) for ids in sample] for sample in frame.final_ids]
         seconds = time.perf_counter() - started
         if row_lengths is not None:
-            result = _ranked_result(text, ordered, frame, per_sample, row_lengths, settings.samples, drop, candidates, seconds)
+            result = _ranked_result(text, ordered, frame, per_sample, row_lengths, settings.samples, drop, candidates, tok, seconds)
             yield EditFrame(frame, result)
             continue
         scores = [_sample_score(frame, b) for b in range(len(per_sample))]
@@ -145,13 +145,13 @@ def run_once(denoiser: Denoiser, text: str, ordered: list[Span], settings: Sampl
         yield EditFrame(frame, result)
 
 
-def _ranked_result(text, ordered, frame, per_sample, row_lengths, samples, drop, plan, seconds) -> EditResult:
+def _ranked_result(text, ordered, frame, per_sample, row_lengths, samples, drop, plan, tokenizer, seconds) -> EditResult:
     """Candidates scored (parse, then confidence) and ranked: best first, the rest alternatives."""
     from .candidates import rank, score_rows
 
-    ranked = rank(score_rows(text, ordered, frame, row_lengths, samples, per_sample, drop, plan))
+    ranked = rank(score_rows(text, ordered, frame, row_lengths, samples, per_sample, drop, plan, tokenizer))
     best = ranked[0]
-    b = next(i for i, texts in enumerate(per_sample) if tuple(texts) == best.texts)
+    b = best.batch
     span_results = tuple(
         SpanResult(
             span=span,
