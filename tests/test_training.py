@@ -170,3 +170,21 @@ def test_warm_start_attention_is_causal_only_inside_the_context():
     assert not torch.allclose(c[:, :-1], d[:, :-1], atol=1e-6), "outside the context attention is bidirectional again"
     loss, stats = next_token_loss(model, ids)
     assert loss.item() > 0 and 0 <= stats["acc"] <= 1
+
+
+def test_export_shards_large_weights_and_loads_back(tmp_path, tokenizer):
+    from sharpen.core.loading import INDEX_FILE, load_denoiser
+    from train.export import export, ship
+
+    torch.manual_seed(0)
+    model = Transformer(preset("test", vocab_size=tokenizer.vocab_size, max_seq_len=64, tie_embeddings=True)).eval()
+    tokenizer.hf.save(str(tmp_path / "tok.json"))
+    out = export(model, tmp_path / "tok.json", tmp_path / "model", {"steps": 0}, shard_bytes=80_000)
+    shards = sorted(out.glob("*.safetensors"))
+    assert len(shards) > 1 and (out / INDEX_FILE).exists() and not (out / "model.safetensors").exists()
+    assert all(s.stat().st_size <= 80_000 + 4096 for s in shards)  # shard limit plus the safetensors header
+    ship(out, tmp_path / "embedded")
+    denoiser = load_denoiser(tmp_path / "embedded")
+    ids = torch.randint(3, tokenizer.vocab_size, (1, 20))
+    with torch.no_grad():
+        assert torch.allclose(denoiser.logits(ids), model(ids), atol=1e-5)

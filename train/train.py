@@ -25,7 +25,6 @@ import contextlib
 import json
 import logging
 import math
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -34,18 +33,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sharpen.core.loading import save_checkpoint
 from sharpen.core.model import Transformer, preset
 from sharpen.core.tokenizer import Tokenizer, train_byte_bpe
 
 from .data import Batches, mask_batch, read_jsonl, token_stream
+from .export import export, ship
 
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "build"
 EMBEDDED = REPO / "core" / "embedded"
-SHIPPED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
 
 def train_tokenizer(texts: list[str], vocab_size: int, path: Path) -> Tokenizer:
@@ -86,6 +84,11 @@ def init_weights(model: Transformer, std: float = 0.02) -> None:
             nn.init.zeros_(param)
 
 
+def autocast(device: torch.device):
+    # bf16 matmuls on a GPU; on the CPU bf16 is slower than float32, so stay in float32 there.
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
 @contextlib.contextmanager
 def causal_attention():
     """Make the backbone's attention causal (for the warm-start phase) without touching it.
@@ -114,8 +117,9 @@ def causal_attention():
 
 def next_token_loss(model: Transformer, ids):
     """Causal LM loss on plain windows: position i predicts token i + 1."""
-    with causal_attention():
-        logits = model(ids)  # [B, L, V]
+    ids = ids.to(model.embed.weight.device)
+    with causal_attention(), autocast(ids.device):
+        logits = model(ids).float()  # [B, L, V]
     targets = ids[:, 1:]
     ce = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), targets.reshape(-1))
     with torch.no_grad():
@@ -141,9 +145,11 @@ def diffusion_loss(model: Transformer, ids, maskable, mask_id: int, generator: t
     Returns (loss, stats) where stats has the unweighted masked CE and accuracy.
     """
     noisy, masked, t = mask_batch(ids, maskable, mask_id, generator)  # [B, L], [B, L], [B]
-    with headless(model) as head:
+    device = model.embed.weight.device  # masks are drawn on the CPU generator, then moved
+    ids, maskable, noisy, masked, t = (x.to(device) for x in (ids, maskable, noisy, masked, t))
+    with headless(model) as head, autocast(device):
         hidden = model(noisy)  # [B, L, dim]
-        logits = head(hidden[masked])  # [N, V]
+        logits = head(hidden[masked]).float()  # [N, V]
     targets = ids[masked]  # [N]
     ce = F.cross_entropy(logits, targets, reduction="none")  # [N]
     weight = (1.0 / (t[:, None] * maskable.sum(1, keepdim=True).clamp_min(1))).expand_as(masked)[masked]  # [N]
@@ -167,17 +173,6 @@ def make_optimizer(model: Transformer, lr: float, weight_decay: float) -> torch.
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
-
-
-def export(model: Transformer, tokenizer_file: Path, out: Path, meta: dict) -> None:
-    save_checkpoint(model, tokenizer_file, out, {"name": "sharpen-embedded", "training": meta})
-
-
-def ship(out: Path) -> None:
-    EMBEDDED.mkdir(parents=True, exist_ok=True)
-    for name in SHIPPED_FILES:
-        shutil.copyfile(out / name, EMBEDDED / name)
-    log.info("shipped %s -> %s", out, EMBEDDED)
 
 
 @torch.no_grad()
@@ -217,6 +212,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-tie", action="store_true", help="separate output head (default: tied to embeddings)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--save-every", type=int, default=100, help="steps between resumable state saves")
     p.add_argument("--export-every", type=int, default=250, help="steps between exports to --out")
@@ -259,6 +255,7 @@ def main(argv=None) -> Path:
                                  "tie_embeddings": not args.no_tie, **overrides})
     model = Transformer(cfg)
     init_weights(model)
+    model.to(args.device)
     n_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     log.info("model %s: %.2fM parameters %s", args.preset, n_params / 1e6, cfg.to_dict())
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
@@ -273,8 +270,8 @@ def main(argv=None) -> Path:
     step, tokens_seen, elapsed_before = 0, 0, 0.0
     state_file = run / "state.pt"
     if state_file.exists() and not args.fresh:
-        state = torch.load(state_file, weights_only=False)
-        model.load_state_dict(state["model"])
+        state = torch.load(state_file, weights_only=False, map_location="cpu")  # RNG states must stay on the CPU
+        model.load_state_dict(state["model"])  # after .to(device): tensors are copied onto it
         optimizer.load_state_dict(state["optimizer"])
         batches.set_state(state["data_rng"])
         mask_generator.set_state(state["mask_rng"])
@@ -335,7 +332,7 @@ def main(argv=None) -> Path:
     export(model, tokenizer_file, args.out, meta())
     log.info("exported %s after %d steps (%.1fM tokens)", args.out, step, tokens_seen / 1e6)
     if args.ship:
-        ship(args.out)
+        ship(args.out, EMBEDDED)
     return args.out
 
 
