@@ -12,7 +12,8 @@ missing code is. Only `oracle` is told the middle's token count. Methods:
   adaptive              core/length.py: grow the budget while the span fills up with confident tokens
   candidates            core/candidates.py: exact lengths 8/16/32/64 as rows of one batch, ranked by
                         "the program still parses" (tree-sitter), then length-normalised confidence
-  candidates-no-syntax  the same rows ranked by confidence only (what the parse check adds)
+  candidates-no-syntax  the same rows ranked by confidence only (what the parse check adds; taken
+                        from the candidates run when both are asked for: greedy rows are identical)
   candidates-pad        the ladder as upper bounds (pad allowed inside a row), parse then confidence
   candidates+adaptive   the exact ladder, grown while the best row fills up
   oracle                one row of exactly the middle's token count (pad banned, as in the papers)
@@ -61,8 +62,13 @@ METHODS = {  # name -> (run_edit options, what the table says about its length)
 DEFAULT_METHODS = "fixed,adaptive,candidates,candidates-no-syntax,oracle"
 
 
-def complete(denoiser, problem: dict, method: str, settings: SamplerSettings, context: int) -> str:
-    """The method's infill for one problem's missing middle."""
+def complete(denoiser, problem: dict, method: str, settings: SamplerSettings, context: int, runs: dict) -> str:
+    """The method's infill for one problem's missing middle (`runs`: this problem's results so far)."""
+    if method == "candidates-no-syntax" and "candidates" in runs:
+        # The same batch as `candidates` (greedy, so identical rows), ranked by confidence alone:
+        # rank() with syntax=False orders by (empty, -confidence, row); no second run needed.
+        best = min(runs["candidates"].candidates, key=lambda c: (not any(c.texts), -c.confidence, c.row))
+        return best.texts[0]
     text = problem["prompt"] + problem["suffix"]
     point = len(problem["prompt"])
     options, _ = METHODS[method]
@@ -70,6 +76,7 @@ def complete(denoiser, problem: dict, method: str, settings: SamplerSettings, co
     if method == "oracle":
         max_tokens = max(1, len(denoiser.tokenizer.encode(problem["canonical_solution"])))
     result = apply_edit(denoiser, text, [Span(point, point, max_tokens=max_tokens)], settings, context_tokens=context, **options)
+    runs[method] = result
     return result.spans[0].text
 
 
@@ -83,9 +90,10 @@ def run_task(denoiser, kind: str, methods: list[str], limit: int | None, setting
     started = time.perf_counter()
     for i, problem in enumerate(problems):
         tested: dict[str, bool] = {}  # the same completion is run once
+        runs: dict = {}
         for method in methods:
             t0 = time.perf_counter()
-            completion = complete(denoiser, problem, method, settings, context)
+            completion = complete(denoiser, problem, method, settings, context, runs)
             out[method]["seconds"] += time.perf_counter() - t0
             if completion not in tested:
                 tested[completion] = passes(problem, completion)
@@ -110,7 +118,8 @@ def table(results: dict, methods: list[str], model: str) -> str:
         cells = [f"{results[k][m]['pass'] / results[k][m]['n']:.3f}" for k in kinds]
         cells += [f"{results[k][m]['parse'] / results[k][m]['n']:.2f}" for k in kinds]
         seconds = sum(results[k][m]["seconds"] for k in kinds) / sum(results[k][m]["n"] for k in kinds)
-        rows.append(f"| {m} | {METHODS[m][1]} | " + " | ".join(cells) + f" | {seconds:.2f} |")
+        shared = m == "candidates-no-syntax" and "candidates" in methods  # ranked from the candidates run
+        rows.append(f"| {m} | {METHODS[m][1]} | " + " | ".join(cells) + (" | (same run) |" if shared else f" | {seconds:.2f} |"))
     return "\n".join(rows)
 
 

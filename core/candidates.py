@@ -33,7 +33,8 @@ class CandidatePlan:
     language: str | None = None  # grammar name; None: detected from `path` and the text
     path: str | None = None  # the file's name, for language detection
     confidence: str = "content"  # "content": per written token + the end; "slots": the sampler's per-slot mean
-    exact: bool = False  # True: a row's slots must all hold content (pad/eos banned there), so rows are exact lengths
+    exact: bool = True  # a row's slots must all hold content (pad/eos banned there): each rung is a distinct
+    # length, and blank filler at the end is trimmed like pad; False: rungs are upper bounds (pad allowed)
 
     def __post_init__(self) -> None:
         if not self.scales or any(s <= 0 for s in self.scales):
