@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import difflib
 import gzip
 import json
 import logging
@@ -109,6 +110,17 @@ def most_frequent_line(train_texts: list[str]) -> str:
     return counts.most_common(1)[0][0]
 
 
+def edit_similarity(a: str, b: str) -> float:
+    """Character-level similarity in [0, 1] (difflib ratio), as CodeXGLUE's edit similarity."""
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def previous_line(text: str, start: int) -> str:
+    """Baseline: repeat the nearest non-blank line above the span."""
+    above = [l for l in text[:start].splitlines() if l.strip()]
+    return (above[-1] if above else "") + "\n"
+
+
 def reindent(line: str, text: str, start: int) -> str:
     """The baseline line, indented like the nearest non-blank line above `start`."""
     above = [l for l in text[:start].splitlines() if l.strip()]
@@ -117,14 +129,22 @@ def reindent(line: str, text: str, start: int) -> str:
 
 
 def line_infill(denoiser, texts: list[str], n: int, frequent: str, settings: SamplerSettings) -> dict:
+    """Exact match (em_*) and edit similarity (es_*) of infilled held-out lines."""
     cases = heldout_lines(texts, n)
     scores = collections.Counter()
-    for text, start, end in cases:
+    for i, (text, start, end) in enumerate(cases):
+        if i and i % 50 == 0:
+            log.info("line infill %d/%d", i, len(cases))
         truth = text[start:end]
-        oracle = len(denoiser.tokenizer.encode(truth))
-        scores["oracle"] += infill(denoiser, text, start, end, oracle, settings) == truth
-        scores["own"] += infill(denoiser, text, start, end, OWN_BUDGET["line"], settings) == truth
-        scores["baseline_line"] += reindent(frequent, text, start) == truth
+        candidates = {
+            "oracle": infill(denoiser, text, start, end, len(denoiser.tokenizer.encode(truth)), settings),
+            "own": infill(denoiser, text, start, end, OWN_BUDGET["line"], settings),
+            "baseline_line": reindent(frequent, text, start),
+            "baseline_previous": previous_line(text, start),
+        }
+        for name, candidate in candidates.items():
+            scores[f"em_{name}"] += candidate == truth
+            scores[f"es_{name}"] += edit_similarity(candidate, truth)
     return {k: v / len(cases) for k, v in scores.items()} | {"n": len(cases)}
 
 
@@ -164,6 +184,8 @@ def humaneval(denoiser, kind: str, limit: int | None, frequent: str, settings: S
         scores["oracle"] += oracle_pass
         scores["own"] += oracle_pass if own_text == oracle_text else passes(p, own_text)
         scores["oracle_exact"] += oracle_text == p["canonical_solution"]
+        scores["es_oracle"] += edit_similarity(oracle_text, p["canonical_solution"])
+        scores["es_baseline_line"] += edit_similarity(reindent(frequent, text, start), p["canonical_solution"])
         scores["baseline_empty"] += passes(p, "")
         scores["baseline_line"] += passes(p, reindent(frequent, text, start))
         if (i + 1) % 25 == 0:
@@ -174,21 +196,24 @@ def humaneval(denoiser, kind: str, limit: int | None, frequent: str, settings: S
 # ---- report ------------------------------------------------------------------------------
 
 def table(results: dict) -> str:
-    rows = ["| measure | model | baseline |", "|---|---|---|"]
+    rows = ["| measure | model | baselines |", "|---|---|---|"]
     acc = results["masked_accuracy"]
     for ratio, value in acc["model"].items():
         rows.append(f"| held-out masked-token accuracy, mask ratio {ratio} | {value:.3f} | {acc['unigram']:.3f} (unigram) |")
     line = results["line_infill"]
-    rows.append(f"| held-out line infill exact match, oracle length (n={line['n']}) | {line['oracle']:.3f} | {line['baseline_line']:.3f} (most frequent line) |")
-    rows.append(f"| held-out line infill exact match, own length ({OWN_BUDGET['line']} slots) | {line['own']:.3f} | |")
+    base = lambda m: f"{line[m + '_baseline_line']:.3f} (most frequent line) / {line[m + '_baseline_previous']:.3f} (previous line)"
+    for metric, label in (("em", "exact match"), ("es", "edit similarity")):
+        rows.append(f"| held-out line infill {label}, oracle length (n={line['n']}) | {line[metric + '_oracle']:.3f} | {base(metric)} |")
+        rows.append(f"| held-out line infill {label}, own length ({OWN_BUDGET['line']} slots) | {line[metric + '_own']:.3f} | |")
     for kind in ("single", "multi"):
         if kind not in results:
             continue
         r = results[kind]
-        label = f"HumanEval-Infilling {kind}-line pass@1"
-        rows.append(f"| {label}, oracle length (n={r['n']}) | {r['oracle']:.3f} | {r['baseline_empty']:.3f} (empty) / {r['baseline_line']:.3f} (most frequent line) |")
-        rows.append(f"| {label}, own length ({OWN_BUDGET[kind]} slots) | {r['own']:.3f} | |")
-        rows.append(f"| {label.replace('pass@1', 'exact match')}, oracle length | {r['oracle_exact']:.3f} | |")
+        label = f"HumanEval-Infilling {kind}-line"
+        rows.append(f"| {label} pass@1, oracle length (n={r['n']}) | {r['oracle']:.3f} | {r['baseline_empty']:.3f} (empty) / {r['baseline_line']:.3f} (most frequent line) |")
+        rows.append(f"| {label} pass@1, own length ({OWN_BUDGET[kind]} slots) | {r['own']:.3f} | |")
+        rows.append(f"| {label} exact match, oracle length | {r['oracle_exact']:.3f} | |")
+        rows.append(f"| {label} edit similarity, oracle length | {r['es_oracle']:.3f} | {r['es_baseline_line']:.3f} (most frequent line) |")
     return "\n".join(rows)
 
 
