@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--block-size", type=int, metavar="N", help="semi-autoregressive blocks of N slots")
     model.add_argument("--cache", default="dual", choices=("none", "prefix", "dual"), help="KV cache per block: none is exact; dual (default) is fastest")
     model.add_argument("--kernels", default="auto", choices=("auto", "reference", "triton"), help="step kernels: auto is triton on CUDA")
+    model.add_argument("--compile", default="off", choices=("off", "default", "reduce-overhead", "max-autotune"),
+                       help="torch.compile the model; reduce-overhead records CUDA graphs (GPU). Each new shape compiles once: worth it for long runs, not one quick edit")
     model.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 is greedy (default)")
     model.add_argument("--top-k", type=int, metavar="K")
     model.add_argument("--top-p", type=float, metavar="P")

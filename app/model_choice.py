@@ -118,6 +118,11 @@ def load_model(args: Namespace):
         raise ModelError(f"cannot load the model on {device}: {str(exc).splitlines()[0]}") from None
     if repo_id:
         denoiser.spec = replace(denoiser.spec, name=repo_id)
+    compile_mode = getattr(args, "compile", None) or "off"
+    if compile_mode != "off":
+        if not hasattr(denoiser, "compile"):
+            raise UsageError("--compile needs a natively supported model (not --trust-remote-code)")
+        denoiser.compile(compile_mode)
     return denoiser
 
 

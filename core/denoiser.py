@@ -93,6 +93,26 @@ class Denoiser:
     def new_cache(self, batch: int, length: int) -> KVCache:
         return self.model.new_cache(batch, length)
 
+    def compile(self, mode: str = "default", backend: str = "inductor") -> None:
+        """Compile the backbone's passes with torch.compile (see COMPILE_MODES).
+
+        "reduce-overhead" records CUDA graphs: one launch per pass instead of one per
+        kernel, which is most of a small model's step time on a GPU. Shapes change with
+        the block and the cache layout, so each new shape compiles once (automatic
+        dynamic shapes); the first steps of a run pay for that.
+        """
+        if mode not in COMPILE_MODES:
+            raise ValueError(f"unknown compile mode {mode!r}; known: {', '.join(COMPILE_MODES)}")
+        if mode == "off":
+            return
+        options = {} if backend != "inductor" else {"mode": mode}
+        self.model.hidden = torch.compile(self.model.hidden, backend=backend, **options)
+        self.model.project = torch.compile(self.model.project, backend=backend, **options)
+
+
+# torch.compile modes offered to users: off, inductor's default, CUDA graphs, autotuned kernels.
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+
 
 # Control characters a text file never wants from a model (NUL makes it "binary"); tab, LF,
 # CR and form feed stay allowed.
