@@ -52,6 +52,7 @@ class SamplerSettings:
     kernels: str = "auto"  # auto: triton on CUDA, reference elsewhere; or "reference" / "triton"
     pad_ends_span: bool = True  # infill: a committed pad/eos ends the span, masked slots after it become pad
     defer_end: bool = True  # commit content before pad/eos proposals; pads commit once only pads are proposed
+    expected_length: bool = True  # infill: first pad the slots past the model's expected span length (see _expected_lengths)
 
     def __post_init__(self) -> None:
         checks = [
@@ -165,6 +166,8 @@ def denoise(
     denoised = x == mask_id  # [B, T] the positions this run fills
     end_ids = torch.tensor(getattr(denoiser.spec, "end_ids", ()), dtype=torch.long, device=device)
     infill_slots = [r for span, r in zip(canvas.spans, canvas.slots) if span.mode == "infill" and len(r)]
+    if settings.expected_length and infill_slots and end_ids.numel():
+        _pad_past_expected_length(denoiser, x, infill_slots, end_ids, mask_id, denoised, banned)
     guesses = x.clone()
     plan = _plan(slot_positions, settings)
     total = sum(steps for _, steps in plan)
@@ -248,6 +251,29 @@ def _pad_after_end(x, spans: list[range], end_ids, mask_id: int, denoised, guess
         fill = ended & (region == mask_id)
         x[:, r.start:r.stop] = torch.where(fill, pad, region)
         guesses[:, r.start:r.stop] = torch.where(fill, pad, guesses[:, r.start:r.stop])
+        denoised[:, r.start:r.stop] &= ~fill
+
+
+def _pad_past_expected_length(denoiser, x, spans: list[range], end_ids, mask_id: int, denoised, banned) -> None:
+    """Decide each infill span's length from one pass over the fully masked canvas (in place).
+
+    The model was trained on slots holding the span and then pad, so at slot i it predicts
+    P(pad) = P(span shorter than i). The expected span length is then the sum over slots
+    of 1 - P(pad/eos); the slots past it are padded before any content is written. Without
+    this a weak model, whose pad proposals are deferred (the EOS trap), fills every slot it
+    is given. A span whose slots are all content (pad banned there) is left as it is.
+    """
+    positions = torch.tensor([p for r in spans for p in r], dtype=torch.long, device=x.device)
+    logits = denoiser.logits(x, want=positions).index_fill(-1, banned, float("-inf"))  # [B, N, V]
+    p_end = logits.softmax(-1)[..., end_ids].sum(-1)  # [B, N]
+    pad, offset = end_ids[0], 0
+    for r in spans:
+        p = p_end[:, offset:offset + len(r)]  # [B, S]
+        offset += len(r)
+        length = (1 - p).sum(1).add(0.5).floor()  # [B] expected content slots, rounded
+        past = torch.arange(len(r), device=x.device)[None] >= length[:, None]  # [B, S]
+        fill = past & (x[:, r.start:r.stop] == mask_id)
+        x[:, r.start:r.stop] = torch.where(fill, pad, x[:, r.start:r.stop])
         denoised[:, r.start:r.stop] &= ~fill
 
 

@@ -117,7 +117,8 @@ def test_pad_and_eos_are_deleted_from_infill(tiny_denoiser):
 
     from sharpen.core import engine
 
-    result = engine.apply_edit(PadEveryOther(tiny_denoiser), TEXT, [Span(4, 7, max_tokens=6)])
+    keep_all_slots = SamplerSettings(expected_length=False)  # see test_infill_length_is_the_expected_length
+    result = engine.apply_edit(PadEveryOther(tiny_denoiser), TEXT, [Span(4, 7, max_tokens=6)], keep_all_slots)
     assert result.spans[0].text == "xx"
     assert result.text == TEXT[:4] + "xx" + TEXT[7:]
     assert result.spans[0].tokens == 2
@@ -235,12 +236,44 @@ def test_a_committed_pad_ends_the_infill_span(tiny_denoiser):
     text = "abc def ghi"
     span = Span(4, 7, max_tokens=8)
     first_slot = build_canvas(text, [span], tok, spec.mask_id, 1024, tiny_denoiser.max_len).slots[0].start
-    fixed = SamplerSettings(schedule="fixed", cache="none", defer_end=False)
+    fixed = SamplerSettings(schedule="fixed", cache="none", defer_end=False, expected_length=False)
     result = apply_edit(EarlyPad(tiny_denoiser), text, [span], fixed)
     assert result.spans[0].text == "qq"
     assert result.steps == 3  # pad first (fills the 5 slots after it), then one 'q' per step
-    holes = apply_edit(EarlyPad(tiny_denoiser), text, [span], SamplerSettings(schedule="fixed", cache="none", pad_ends_span=False, defer_end=False))
+    holes = apply_edit(EarlyPad(tiny_denoiser), text, [span], SamplerSettings(schedule="fixed", cache="none", pad_ends_span=False, defer_end=False, expected_length=False))
     assert holes.spans[0].text == "q" * 7 and holes.steps == 8
     # Deferring pads: content is written first, the confident pad commits last.
-    deferred = apply_edit(EarlyPad(tiny_denoiser), text, [span], SamplerSettings(schedule="fixed", cache="none"))
+    deferred = apply_edit(EarlyPad(tiny_denoiser), text, [span], SamplerSettings(schedule="fixed", cache="none", expected_length=False))
     assert deferred.spans[0].text == "q" * 7 and deferred.steps == 8
+
+
+def test_infill_length_is_the_expected_length(tiny_denoiser):
+    """Slot i's pad probability is P(span shorter than i): the span keeps sum(1 - P(pad)) slots."""
+    tok, spec = tiny_denoiser.tokenizer, tiny_denoiser.spec
+    letter = tok.encode("q")[0]
+    # A hesitant model: 'q' is the best guess at every slot, but the pad mass adds up to 3.0
+    # slots, so the expected length is 8 - 3.0 = 5 slots.
+    p_pad = [0.0, 0.3, 0.45, 0.45, 0.45, 0.45, 0.45, 0.45]
+
+    class Graded:
+        def __init__(self, inner):
+            self.spec, self.tokenizer, self.max_len, self.device = inner.spec, inner.tokenizer, inner.max_len, inner.device
+            self.banned_ids = inner.banned_ids
+
+        def logits(self, ids, want=None, run=None, cache=None):
+            out = torch.full((*ids.shape, tok.vocab_size), -1e4)
+            for i, p in enumerate(p_pad):  # two-way split between pad and 'q' (a tiny floor keeps logs finite)
+                out[:, first_slot + i, spec.pad_id] = torch.tensor(max(p, 1e-6)).log()
+                out[:, first_slot + i, letter] = torch.tensor(max(1 - p, 1e-6)).log()
+            return out if want is None else out[:, want]
+
+    text = "abc def ghi"
+    span = Span(4, 7, max_tokens=8)
+    first_slot = build_canvas(text, [span], tok, spec.mask_id, 1024, tiny_denoiser.max_len).slots[0].start
+    frames = list(run_edit(Graded(tiny_denoiser), text, [span], SamplerSettings(cache="none")))
+    start = frames[0].frame.spans[0].tokens
+    assert start[:5] == (None,) * 5 and start[5:] == (spec.pad_id,) * 3  # decided before any content
+    assert frames[-1].result.spans[0].text == "q" * 5
+    # Off: pads are deferred behind content, so the slots where pad was likely still get 'q'.
+    off = apply_edit(Graded(tiny_denoiser), text, [span], SamplerSettings(cache="none", expected_length=False))
+    assert off.spans[0].text == "q" * 8
