@@ -87,10 +87,7 @@ def run_method(method: str, denoiser, items: list[Item], context: int, settings_
                 out, n = naive_loop(denoiser, torch.tensor(canvas.ids, device=denoiser.device), canvas.slots[0])
             out = out.tolist()
         else:
-            settings = {
-                "default": settings_cls(),
-                "exact": settings_cls(cache="none", schedule="fixed"),
-            }[method]
+            settings = method_settings(method, settings_cls)
             frames = list(engine.run_edit(denoiser, text, [span], settings, context_tokens=context))
             out = list(frames[-1].frame.final_ids[0][0])
             n = frames[-1].result.steps
@@ -102,6 +99,13 @@ def run_method(method: str, denoiser, items: list[Item], context: int, settings_
         exact += tok.decode(kept).strip() == item.middle.strip()
     wall = time.perf_counter() - started
     return {"tokens": tokens, "steps": steps, "wall": wall, "acc": correct / max(total_pos, 1), "em": exact / max(len(items), 1)}
+
+
+def method_settings(method: str, settings_cls):
+    """default, exact, or default@P: the default with confidence threshold P."""
+    if method.startswith("default@"):
+        return settings_cls(threshold=float(method.split("@", 1)[1]))
+    return {"default": settings_cls(), "exact": settings_cls(cache="none", schedule="fixed")}[method]
 
 
 def run_ar(denoiser, items: list[Item], context: int) -> dict:
@@ -138,7 +142,7 @@ def main() -> int:
     parser.add_argument("--lengths", default="32,64,128", help="span-length buckets (upper bounds, tokens)")
     parser.add_argument("--limit", type=int, default=12, help="items per bucket")
     parser.add_argument("--context", type=int, default=512, help="context tokens around the span")
-    parser.add_argument("--methods", default="naive,exact,default,ar")
+    parser.add_argument("--methods", default="naive,exact,default,ar", help="also default@P: the default at threshold P")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args()
     if args.threads:
@@ -181,10 +185,11 @@ def main() -> int:
             else:
                 row = run_method(method, denoiser, items, context, SamplerSettings, engine, canvas_mod)
             rate = row["tokens"] / row["wall"]
+            described = describe.get(method) or f"confidence / threshold {method.split('@')[1]} / dual"
             summary[(hi, method)] = rate, row["em"]
             acc = "n/a" if row["acc"] is None else f"{100 * row['acc']:.1f}%"
             em = "n/a" if row["em"] is None else f"{100 * row['em']:.1f}%"
-            print(f"| {name} | {mean_len:.0f} (<= {hi}, n={len(items)}) | {method} | {describe[method]} | {rate:.1f} | {row['steps']} | {row['wall']:.2f} | {acc} | {em} |")
+            print(f"| {name} | {mean_len:.0f} (<= {hi}, n={len(items)}) | {method} | {described} | {rate:.1f} | {row['steps']} | {row['wall']:.2f} | {acc} | {em} |")
             sys.stdout.flush()
     print()
     for hi in (int(v) for v in args.lengths.split(",")):

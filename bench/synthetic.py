@@ -71,18 +71,20 @@ def main() -> int:
     parser.add_argument("--per-step", default="1,4,8,16", help="fixed tokens committed per step")
     parser.add_argument("--block-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--compile", default="off", help="torch.compile mode for the backbone: off, default, reduce-overhead (CUDA graphs), max-autotune")
     args = parser.parse_args()
 
     from sharpen.core.sampler import SamplerSettings
 
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
-    print(f"# synthetic shapes, random weights, batch 1, context {args.context}, span {args.span}, {args.device}, {dtype}, torch {torch.__version__}")
+    print(f"# synthetic shapes, random weights, batch 1, context {args.context}, span {args.span}, {args.device}, {dtype}, torch {torch.__version__}, compile {args.compile}")
     if args.device.startswith("cuda"):
         print(f"# {torch.cuda.get_device_name()}")
     print("\n| model | span len | tokens/step (fixed) | cache | block | tokens/s | steps | wall s |")
     print("|---|---|---|---|---|---|---|---|")
     for shape in args.shapes.split(","):
         denoiser = build(shape, args.device, dtype)
+        denoiser.compile(args.compile)
         for per_step in (int(v) for v in args.per_step.split(",")):
             for cache, block in (("none", None), ("dual", args.block_size)):
                 settings = SamplerSettings(schedule="fixed", steps=max(1, args.span // per_step), cache=cache, block_size=block)

@@ -20,6 +20,7 @@ import argparse
 import collections
 import difflib
 import gzip
+import hashlib
 import json
 import logging
 import os
@@ -195,8 +196,21 @@ def humaneval(denoiser, kind: str, limit: int | None, frequent: str, settings: S
 
 # ---- report ------------------------------------------------------------------------------
 
+def heldout_fingerprint(rows: list[dict]) -> str:
+    """SHA-256 over the held-out files' paths and texts: equal fingerprints, comparable numbers.
+
+    The corpus is rebuilt from the interpreter and the installed packages, so another
+    machine (or a newer package) can hold other files; the card names the fingerprint.
+    """
+    digest = hashlib.sha256()
+    for row in sorted(rows, key=lambda r: r["path"]):
+        digest.update(row["path"].encode() + b"\0" + hashlib.sha256(row["text"].encode()).digest())
+    return digest.hexdigest()[:16]
+
+
 def table(results: dict) -> str:
-    rows = ["| measure | model | baselines |", "|---|---|---|"]
+    rows = [f"held-out set: {results['heldout_files']} files, fingerprint {results['heldout_fingerprint']}", "",
+            "| measure | model | baselines |", "|---|---|---|"]
     acc = results["masked_accuracy"]
     for ratio, value in acc["model"].items():
         rows.append(f"| held-out masked-token accuracy, mask ratio {ratio} | {value:.3f} | {acc['unigram']:.3f} (unigram) |")
@@ -231,12 +245,17 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     denoiser = load_denoiser(args.model)
     settings = SamplerSettings()  # the app's defaults: greedy, confidence order, threshold commits
+    if not (args.corpus / "heldout.jsonl").exists():
+        sys.exit(f"evaluate: no corpus in {args.corpus}; build it first: python -m train.corpus")
     train_texts = [r["text"] for r in read_jsonl(args.corpus / "train.jsonl")]
-    held_texts = [r["text"] for r in read_jsonl(args.corpus / "heldout.jsonl")]
+    held_rows = read_jsonl(args.corpus / "heldout.jsonl")
+    held_texts = [r["text"] for r in held_rows]
     frequent = most_frequent_line(train_texts)
     log.info("most frequent training line (baseline): %r", frequent)
 
-    results: dict = {"model": str(args.model or "core/embedded"), "limit": args.limit}
+    results: dict = {"model": str(args.model or "core/embedded"), "limit": args.limit,
+                     "heldout_files": len(held_rows), "heldout_fingerprint": heldout_fingerprint(held_rows)}
+    log.info("held-out set: %d files, fingerprint %s", len(held_rows), results["heldout_fingerprint"])
     train_stream = token_stream(denoiser.tokenizer, train_texts[::20], denoiser.spec.eos_id)  # a 5% sample is plenty for a mode
     results["masked_accuracy"] = {"model": masked_accuracy(denoiser, held_texts), "unigram": unigram_accuracy(denoiser, train_stream, held_texts)}
     log.info("masked accuracy: %s", results["masked_accuracy"])
