@@ -19,6 +19,7 @@ Methods:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import statistics
@@ -102,10 +103,29 @@ def run_method(method: str, denoiser, items: list[Item], context: int, settings_
 
 
 def method_settings(method: str, settings_cls):
-    """default, exact, or default@P: the default with confidence threshold P."""
+    """default, exact, or default@FIELD=VALUE/...: the default with some SamplerSettings changed
+    (e.g. default@threshold=0.7/block_size=16)."""
     if method.startswith("default@"):
-        return settings_cls(threshold=float(method.split("@", 1)[1]))
+        changes = dict(pair.split("=", 1) for pair in method.split("@", 1)[1].split("/"))
+        types = {f.name: f.type for f in dataclasses.fields(settings_cls)}
+        return settings_cls(**{k: _parse(v, types[k]) for k, v in changes.items()})
     return {"default": settings_cls(), "exact": settings_cls(cache="none", schedule="fixed")}[method]
+
+
+def _parse(value: str, annotation: str):
+    if "int" in annotation:
+        return None if value == "none" else int(value)
+    if "float" in annotation:
+        return None if value == "none" else float(value)
+    if "bool" in annotation:
+        return value.lower() in ("1", "true", "yes")
+    return value
+
+
+def describe_settings(settings) -> str:
+    schedule = f"threshold {settings.threshold}" if settings.schedule == "threshold" else "fixed"
+    block = f", blocks of {settings.block_size}" if settings.block_size else ""
+    return f"{settings.policy} / {schedule} / {settings.cache}{block}"
 
 
 def run_ar(denoiser, items: list[Item], context: int) -> dict:
@@ -142,7 +162,7 @@ def main() -> int:
     parser.add_argument("--lengths", default="32,64,128", help="span-length buckets (upper bounds, tokens)")
     parser.add_argument("--limit", type=int, default=12, help="items per bucket")
     parser.add_argument("--context", type=int, default=512, help="context tokens around the span")
-    parser.add_argument("--methods", default="naive,exact,default,ar", help="also default@P: the default at threshold P")
+    parser.add_argument("--methods", default="naive,exact,default,ar", help="also default@FIELD=VALUE/...: the default with changed settings, e.g. default@threshold=0.7/block_size=16")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args()
     if args.threads:
@@ -163,11 +183,11 @@ def main() -> int:
     print(f"# held-out set: {args.data.name}, oracle span length, context {args.context} tokens\n")
     header = "| model | span len | method | policy / schedule / cache | tokens/s | steps | wall s | token acc | exact match |"
     print(header)
-    print("|" + "---|" * header.count("|")[:-1] if False else "|---|---|---|---|---|---|---|---|---|")
+    print("|" + "---|" * (header.count("|") - 1))
     describe = {
         "naive": "confidence / 1 per step / none (full logits)",
         "exact": "confidence / 1 per step / none",
-        "default": "confidence / threshold 0.9 / dual",
+        "default": describe_settings(SamplerSettings()),
         "ar": "causal LM, greedy, KV cache",
     }
     lo = 0
@@ -185,7 +205,7 @@ def main() -> int:
             else:
                 row = run_method(method, denoiser, items, context, SamplerSettings, engine, canvas_mod)
             rate = row["tokens"] / row["wall"]
-            described = describe.get(method) or f"confidence / threshold {method.split('@')[1]} / dual"
+            described = describe.get(method) or describe_settings(method_settings(method, SamplerSettings))
             summary[(hi, method)] = rate, row["em"]
             acc = "n/a" if row["acc"] is None else f"{100 * row['acc']:.1f}%"
             em = "n/a" if row["em"] is None else f"{100 * row['em']:.1f}%"
