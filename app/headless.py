@@ -65,7 +65,7 @@ def read_spans(args: Namespace, source: TextFile) -> list[Span]:
             payload = raw.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise UsageError(f"edit list {name} is not UTF-8 (invalid byte at offset {exc.start})") from None
-        spans = parse_edit_list(payload, source.text, name)
+        spans = parse_edit_list(payload, source.text, name, path=args.file)
     else:
         options = {"strength": args.strength, "max_tokens": args.max_tokens, "instruction": args.instruction}
         spans = parse_spec(spec, source.text, mode=args.mode, path=args.file, **options)

@@ -94,8 +94,9 @@ def parse_spec(spec: str, text: str, mode: str = "infill", path: str | None = No
     return spans
 
 
-def parse_edit_list(source: str, text: str, name: str = "edits") -> list[Span]:
-    """JSON: a list of {range, mode?, instruction?, max_tokens?, strength?}."""
+def parse_edit_list(source: str, text: str, name: str = "edits", path: str | None = None) -> list[Span]:
+    """JSON: a list of {range, mode?, instruction?, max_tokens?, strength?}; a range may be a
+    syntax form (body@12, node@12:5, ...) as in a plain SPEC; `path` names the grammar."""
     try:
         items = json.loads(source)
     except ValueError as exc:
@@ -125,7 +126,8 @@ def parse_edit_list(source: str, text: str, name: str = "edits") -> list[Span]:
             raise UsageError(f"{name}: edit {n}: strength must be in (0, 1]")
         if instruction is not None and not isinstance(instruction, str):
             raise UsageError(f"{name}: edit {n}: instruction must be a string")
-        start, end = parse_range(item["range"], index)
+        found = syntax_range(item["range"], text, index, path)
+        start, end = found if found is not None else parse_range(item["range"], index)
         label = item["range"].strip()
         spans.append(Span(start, end, mode=mode, max_tokens=max_tokens, strength=float(strength), instruction=instruction, label=label))
     return spans

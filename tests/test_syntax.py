@@ -355,3 +355,15 @@ def test_diff_is_coloured_only_on_a_terminal():
     assert colour_diff(diff, io.StringIO()) == diff
     coloured = colour_diff(diff, Tty())
     assert "\x1b[" in coloured and "new" in coloured
+
+
+def test_json_edit_lists_take_syntax_forms_too():
+    from sharpen.app.specs import parse_edit_list, parse_spec
+    from sharpen.core.errors import SpanError
+
+    plain = parse_spec("body@4,node@11:7", FILE, path="fizz.py")
+    listed = parse_edit_list('[{"range": "body@4"}, {"range": "node@11:7", "mode": "rewrite"}]', FILE, path="fizz.py")
+    assert [(s.start, s.end) for s in listed] == [(s.start, s.end) for s in plain]
+    assert listed[1].mode == "rewrite" and listed[0].label == "body@4"
+    with pytest.raises(SpanError, match="no body at line 1"):
+        parse_edit_list('[{"range": "body@1"}]', FILE, path="fizz.py")
