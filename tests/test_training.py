@@ -188,3 +188,39 @@ def test_export_shards_large_weights_and_loads_back(tmp_path, tokenizer):
     ids = torch.randint(3, tokenizer.vocab_size, (1, 20))
     with torch.no_grad():
         assert torch.allclose(denoiser.logits(ids), model(ids), atol=1e-5)
+
+
+def _tiny_corpus(root: Path) -> Path:
+    import json
+
+    corpus = root / "corpus"
+    corpus.mkdir()
+    for split, texts in (("train", [SOURCE] * 6), ("heldout", [SOURCE])):
+        with open(corpus / f"{split}.jsonl", "w", encoding="utf-8") as out:
+            for i, text in enumerate(texts):
+                out.write(json.dumps({"path": f"{split}/{i}.py", "text": text}) + "\n")
+    return corpus
+
+
+def test_a_run_cut_short_and_resumed_equals_one_straight_run(tmp_path):
+    """Resumable checkpoints restore model, optimiser and both RNGs: stop at 3 + resume to 6 == 6."""
+    from safetensors.torch import load_file
+
+    from train.train import main as train_main
+
+    corpus = _tiny_corpus(tmp_path)
+    common = ["--preset", "test", "--corpus", str(corpus), "--vocab", "300", "--seq-len", "64", "--batch", "2",
+              "--steps", "6", "--ar-steps", "2", "--threads", "1", "--log-every", "100", "--eval-every", "100"]
+    straight = train_main([*common, "--run", str(tmp_path / "a"), "--out", str(tmp_path / "a-out")])
+    train_main([*common, "--run", str(tmp_path / "b"), "--out", str(tmp_path / "b-out"), "--stop-at", "3"])
+    assert json_steps(tmp_path / "b-out") == 3
+    resumed = train_main([*common, "--run", str(tmp_path / "b"), "--out", str(tmp_path / "b-out")])
+    assert json_steps(resumed) == json_steps(straight) == 6
+    a, b = load_file(str(straight / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def json_steps(out: Path) -> int:
+    import json
+
+    return json.loads((out / "config.json").read_text())["training"]["steps"]

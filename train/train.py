@@ -204,6 +204,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=1500, help="length of the LR schedule (and of the run)")
     p.add_argument("--max-minutes", type=float, default=None, help="stop early (saving state) after this wall time")
+    p.add_argument("--stop-at", type=int, default=None, help="stop early (saving state) at this step; the LR schedule still spans --steps "
+                   "(reproduces a run that a wall budget cut short)")
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--weight-decay", type=float, default=0.1)
@@ -294,7 +296,7 @@ def main(argv=None) -> Path:
     model.train()
     ema = None
     last_log, last_tokens = time.perf_counter(), tokens_seen
-    while step < args.steps:
+    while step < min(args.steps, args.stop_at or args.steps):
         if args.max_minutes and time.perf_counter() - started > args.max_minutes * 60:
             log.info("wall budget of %.1f minutes reached at step %d", args.max_minutes, step)
             break
