@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import gzip
 import json
+import math
 import statistics
 import sys
 import time
@@ -89,6 +90,9 @@ def run_method(method: str, denoiser, items: list[Item], context: int, settings_
             out = out.tolist()
         else:
             settings = method_settings(method, settings_cls)
+            per_step = _per_step(method)
+            if per_step:  # a step budget relative to the span: at least this many commits per step
+                settings = dataclasses.replace(settings, steps=math.ceil(len(target) / per_step))
             frames = list(engine.run_edit(denoiser, text, [span], settings, context_tokens=context))
             out = list(frames[-1].frame.final_ids[0][0])
             n = frames[-1].result.steps
@@ -102,11 +106,20 @@ def run_method(method: str, denoiser, items: list[Item], context: int, settings_
     return {"tokens": tokens, "steps": steps, "wall": wall, "acc": correct / max(total_pos, 1), "em": exact / max(len(items), 1)}
 
 
+def _changes(method: str) -> dict[str, str]:
+    return dict(pair.split("=", 1) for pair in method.split("@", 1)[1].split("/")) if "@" in method else {}
+
+
+def _per_step(method: str) -> int | None:
+    value = _changes(method).get("per_step")
+    return int(value) if value else None
+
+
 def method_settings(method: str, settings_cls):
     """default, exact, or default@FIELD=VALUE/...: the default with some SamplerSettings changed
-    (e.g. default@threshold=0.7/block_size=16)."""
+    (e.g. default@threshold=0.7/block_size=16); per_step=K sets steps to ceil(span / K)."""
     if method.startswith("default@"):
-        changes = dict(pair.split("=", 1) for pair in method.split("@", 1)[1].split("/"))
+        changes = {k: v for k, v in _changes(method).items() if k != "per_step"}
         types = {f.name: f.type for f in dataclasses.fields(settings_cls)}
         return settings_cls(**{k: _parse(v, types[k]) for k, v in changes.items()})
     return {"default": settings_cls(), "exact": settings_cls(cache="none", schedule="fixed")}[method]
@@ -122,8 +135,10 @@ def _parse(value: str, annotation: str):
     return value
 
 
-def describe_settings(settings) -> str:
+def describe_settings(settings, per_step: int | None = None) -> str:
     schedule = f"threshold {settings.threshold}" if settings.schedule == "threshold" else "fixed"
+    if per_step:
+        schedule += f", >= {per_step} per step"
     block = f", blocks of {settings.block_size}" if settings.block_size else ""
     return f"{settings.policy} / {schedule} / {settings.cache}{block}"
 
@@ -205,7 +220,7 @@ def main() -> int:
             else:
                 row = run_method(method, denoiser, items, context, SamplerSettings, engine, canvas_mod)
             rate = row["tokens"] / row["wall"]
-            described = describe.get(method) or describe_settings(method_settings(method, SamplerSettings))
+            described = describe.get(method) or describe_settings(method_settings(method, SamplerSettings), _per_step(method))
             summary[(hi, method)] = rate, row["em"]
             acc = "n/a" if row["acc"] is None else f"{100 * row['acc']:.1f}%"
             em = "n/a" if row["em"] is None else f"{100 * row['em']:.1f}%"
