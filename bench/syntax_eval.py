@@ -51,7 +51,7 @@ log = logging.getLogger("syntax_eval")
 
 LADDER = CandidatePlan(language="python", exact=True)
 METHODS = {  # name -> (run_edit options, what the table says about its length)
-    "fixed": ({}, f"{DEFAULT_POINT_INFILL} slots, pad trimmed (the engine's default)"),
+    "fixed": ({}, f"{DEFAULT_POINT_INFILL} slots, cut to the expected length, pad trimmed (the engine's default)"),
     "adaptive": ({"length": "adaptive"}, "16 slots, x2 while full, <= 3 runs"),
     "candidates": ({"candidates": LADDER}, "exactly 8/16/32/64 in one batch; parse, then confidence"),
     "candidates-no-syntax": ({"candidates": replace(LADDER, syntax=False)}, "exactly 8/16/32/64; confidence only"),
