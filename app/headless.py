@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -119,8 +120,17 @@ def sampler_settings(args: Namespace):
         raise UsageError(str(exc)) from None
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+def _stop_now(signum, frame):
+    """SIGINT/SIGTERM outside the write: end at once, exit 130 (the file is untouched here).
+
+    Raising KeyboardInterrupt from the handler instead would land wherever the main thread
+    is, and inside torch's C++ (pybind11) calls, say during the model load, that aborts the
+    process (exit -6) instead of ending it cleanly. Nothing needs cleaning up: no temp file
+    exists outside `signals_held`, and stdout gets the result only at the very end.
+    """
+    message = b"sharpen: interrupted; nothing was written\n"
+    os.write(2, (b"\n" if os.isatty(2) else b"") + message)  # after a progress line, on a line of its own
+    os._exit(130)
 
 
 @contextmanager
@@ -182,12 +192,13 @@ class Progress:
 def run_headless(args: Namespace, denoiser=None) -> int:
     """The whole headless run; `denoiser` lets a caller (bench/soak.py) reuse a loaded model."""
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if main_thread else None  # SIGTERM ends like Ctrl+C
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, _stop_now) for sig in stops} if main_thread else {}  # SIGTERM ends like Ctrl+C
     try:
         return _run(args, denoiser)
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def _run(args: Namespace, denoiser) -> int:
