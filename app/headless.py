@@ -120,17 +120,31 @@ def sampler_settings(args: Namespace):
         raise UsageError(str(exc)) from None
 
 
-def _stop_now(signum, frame):
-    """SIGINT/SIGTERM outside the write: end at once, exit 130 (the file is untouched here).
+_stop_exits_at_once = False  # true while torch is imported and the model loads
 
-    Raising KeyboardInterrupt from the handler instead would land wherever the main thread
-    is, and inside torch's C++ (pybind11) calls, say during the model load, that aborts the
-    process (exit -6) instead of ending it cleanly. Nothing needs cleaning up: no temp file
-    exists outside `signals_held`, and stdout gets the result only at the very end.
+
+def _on_stop(signum, frame):
+    """SIGINT/SIGTERM: end like Ctrl+C (KeyboardInterrupt, exit 130, file untouched).
+
+    While torch is imported and the model loads, the process exits at once instead: much of
+    that time is spent in C++ that calls back into Python (pybind11), and a KeyboardInterrupt
+    raised there aborts the process (exit -6) instead of unwinding. Nothing needs cleaning up
+    then: no temp file exists outside `signals_held`, and stdout is written only at the end.
     """
-    message = b"sharpen: interrupted; nothing was written\n"
-    os.write(2, (b"\n" if os.isatty(2) else b"") + message)  # after a progress line, on a line of its own
+    if not _stop_exits_at_once:
+        raise KeyboardInterrupt
+    os.write(2, (b"\n" if os.isatty(2) else b"") + b"sharpen: interrupted; nothing was written\n")
     os._exit(130)
+
+
+@contextmanager
+def _exit_at_once_on_stop() -> Iterator[None]:
+    global _stop_exits_at_once
+    _stop_exits_at_once = True
+    try:
+        yield
+    finally:
+        _stop_exits_at_once = False
 
 
 @contextmanager
@@ -193,7 +207,7 @@ def run_headless(args: Namespace, denoiser=None) -> int:
     """The whole headless run; `denoiser` lets a caller (bench/soak.py) reuse a loaded model."""
     main_thread = threading.current_thread() is threading.main_thread()
     stops = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, _stop_now) for sig in stops} if main_thread else {}  # SIGTERM ends like Ctrl+C
+    previous = {sig: signal.signal(sig, _on_stop) for sig in stops} if main_thread else {}  # SIGTERM ends like Ctrl+C
     try:
         return _run(args, denoiser)
     finally:
@@ -212,12 +226,13 @@ def _run(args: Namespace, denoiser) -> int:
     settings = sampler_settings(args)
     syntax_options = edit_options(args)  # --candidates, --length (app/syntax_specs.py)
 
-    from ..core.engine import run_edit  # torch loads here, after input and SPEC are known good
+    with _exit_at_once_on_stop():
+        from ..core.engine import run_edit  # torch loads here, after input and SPEC are known good
 
-    if denoiser is None:
-        from .model_choice import load_model
+        if denoiser is None:
+            from .model_choice import load_model
 
-        denoiser = load_model(args)
+            denoiser = load_model(args)
     progress = Progress(sys.stderr.isatty() and not args.quiet)
     started = time.perf_counter()
     result = None
