@@ -94,3 +94,39 @@ def test_sharded_index(tmp_path, tiny_model_dir):
     (sharded / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(ModelError, match="missing files"):
         load_denoiser(sharded)
+
+
+def test_weights_move_to_the_target_one_tensor_at_a_time(tiny_model_dir, monkeypatch):
+    """Each tensor is converted as soon as it is read: host memory never holds the whole model."""
+    import weakref
+
+    import sharpen.core.loading as loading
+
+    real_open = loading.safe_open
+    read: list = []  # weak references to every tensor as read from the file
+    alive_at_read: list[int] = []  # how many earlier raw tensors were still alive at each read
+
+    class Watched:
+        def __init__(self, opened):
+            self.opened = opened
+
+        def __enter__(self):
+            self.handle = self.opened.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.opened.__exit__(*exc)
+
+        def keys(self):
+            return self.handle.keys()
+
+        def get_tensor(self, key):
+            tensor = self.handle.get_tensor(key)
+            alive_at_read.append(sum(ref() is not None for ref in read))
+            read.append(weakref.ref(tensor))
+            return tensor
+
+    monkeypatch.setattr(loading, "safe_open", lambda *a, **k: Watched(real_open(*a, **k)))
+    den = load_denoiser(tiny_model_dir, dtype=torch.bfloat16)
+    assert den.model.embed.weight.dtype == torch.bfloat16
+    assert len(read) > 3 and set(alive_at_read) == {0}  # each raw tensor was gone before the next was read
