@@ -135,18 +135,39 @@ def test_usage_errors_exit_2(tmp_path):
         one_line(out.stderr)
 
 
-@pytest.mark.parametrize("stop, delay", [(signal.SIGTERM, 4.0), (signal.SIGTERM, 0.8), (signal.SIGINT, 1.5)])
-def test_sigterm_during_in_place_leaves_the_file_and_exits_130(tmp_path, tiny_model_dir, stop, delay):
-    # 4 s: torch imported and the model loaded, the loop is running; earlier: mid-import or
-    # mid-load, where an exception raised by a signal handler would abort inside torch's C++.
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_stop_signal_while_the_model_loads_exits_130_at_once(tmp_path, tiny_model_dir, stop):
+    """Mid-load the process ends at once (a KeyboardInterrupt raised inside torch's C++ would abort
+    it with -6): exit 130, one line, the file and its directory untouched."""
+    path = tmp_path / "f.py"
+    path.write_bytes(EXAMPLE.read_bytes())
+    script = (
+        "import os, sys, time\n"
+        "from sharpen.app import model_choice\n"
+        "real = model_choice.load_model\n"
+        "def loading(args):\n"
+        f"    os.kill(os.getpid(), {int(stop)})\n"
+        "    time.sleep(30)  # the handler ends the process long before this\n"
+        "    return real(args)\n"
+        "model_choice.load_model = loading\n"
+        "from sharpen.app.cli import main\n"
+        f"sys.exit(main([{str(path)!r}, '--apply-edit', '1-1', '--in-place', '--model', {str(tiny_model_dir)!r}]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert one_line(proc.stderr) == "sharpen: interrupted; nothing was written"
+    assert path.read_bytes() == EXAMPLE.read_bytes() and [p.name for p in tmp_path.iterdir()] == ["f.py"]
+
+
+def test_sigterm_during_in_place_leaves_the_file_and_exits_130(tmp_path, tiny_model_dir):
     path = tmp_path / "big.py"
     original = EXAMPLE.read_bytes() * 3
     path.write_bytes(original)
     cmd = [sys.executable, "-m", "sharpen.app.cli", str(path), "--apply-edit", "1:1-1:1", "--max-tokens", "400",
            "--schedule", "fixed", "--in-place", "--model", str(tiny_model_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(delay)
-    proc.send_signal(stop)
+    time.sleep(4)  # torch import and model load, then the loop is running
+    proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in one_line(err)
