@@ -8,7 +8,8 @@ Measures
   ratios 0.15 / 0.5 / 0.9, against a unigram baseline (always the most frequent token);
 - line-infill exact match on held-out files: one whole line removed, infilled through the
   real engine (core.engine.apply_edit) at oracle length (max_tokens = the line's token
-  count) and at the model's own length (a fixed slot budget, pad trimmed);
+  count) and at the model's own length (a fixed slot budget, cut to the model's expected
+  length and pad trimmed, as the engine does by default);
 - HumanEval-Infilling single-line and multi-line pass@1 (greedy), each candidate program
   run with its tests in a subprocess with a timeout, at oracle and own length.
 Baselines: the empty infill (delete the span) and the most frequent training line
@@ -218,14 +219,14 @@ def table(results: dict) -> str:
     base = lambda m: f"{line[m + '_baseline_line']:.3f} (most frequent line) / {line[m + '_baseline_previous']:.3f} (previous line)"
     for metric, label in (("em", "exact match"), ("es", "edit similarity")):
         rows.append(f"| held-out line infill {label}, oracle length (n={line['n']}) | {line[metric + '_oracle']:.3f} | {base(metric)} |")
-        rows.append(f"| held-out line infill {label}, own length ({OWN_BUDGET['line']} slots) | {line[metric + '_own']:.3f} | |")
+        rows.append(f"| held-out line infill {label}, own length ({OWN_BUDGET['line']} slots, expected-length cut) | {line[metric + '_own']:.3f} | |")
     for kind in ("single", "multi"):
         if kind not in results:
             continue
         r = results[kind]
         label = f"HumanEval-Infilling {kind}-line"
         rows.append(f"| {label} pass@1, oracle length (n={r['n']}) | {r['oracle']:.3f} | {r['baseline_empty']:.3f} (empty) / {r['baseline_line']:.3f} (most frequent line) |")
-        rows.append(f"| {label} pass@1, own length ({OWN_BUDGET[kind]} slots) | {r['own']:.3f} | |")
+        rows.append(f"| {label} pass@1, own length ({OWN_BUDGET[kind]} slots, expected-length cut) | {r['own']:.3f} | |")
         rows.append(f"| {label} exact match, oracle length | {r['oracle_exact']:.3f} | |")
         rows.append(f"| {label} edit similarity, oracle length | {r['es_oracle']:.3f} | {r['es_baseline_line']:.3f} (most frequent line) |")
     return "\n".join(rows)
