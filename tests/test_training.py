@@ -224,3 +224,23 @@ def json_steps(out: Path) -> int:
     import json
 
     return json.loads((out / "config.json").read_text())["training"]["steps"]
+
+
+def test_the_corpus_takes_only_the_pinned_packages_and_reports_drift(tmp_path):
+    import sysconfig
+
+    pins_file = tmp_path / "pins.txt"
+    pins_file.write_text("# comment\npluggy==0.0.0  # wrong on purpose\nno-such-package==1.0\n")
+    pins = corpus.read_pins(pins_file)
+    assert pins == {"pluggy": "0.0.0", "no-such-package": "1.0"}
+    sources, rejected = corpus.package_sources(Path(sysconfig.get_paths()["purelib"]), pins)
+    assert sources and {s.source.lower() for s in sources} == {"pluggy"}  # nothing else installed is taken
+    reasons = {r["package"].lower(): r["reason"] for r in rejected}
+    assert reasons["pluggy"].startswith("version differs: pinned 0.0.0")
+    assert reasons["no-such-package"] == "pinned but not installed"
+    assert reasons.get("torch") == "not in the pinned package list"
+
+
+def test_the_shipped_pins_name_installed_packages():
+    pins = corpus.read_pins(corpus.PINNED_PACKAGES)
+    assert len(pins) > 50 and "textual" in pins and "triton" not in pins  # triton came after the corpus

@@ -95,10 +95,35 @@ def stdlib_sources(root: Path) -> list[Source]:
     return out
 
 
-def package_sources(site_packages: Path) -> tuple[list[Source], list[dict]]:
+PINNED_PACKAGES = Path(__file__).with_name("corpus_packages.txt")
+
+
+def read_pins(path: Path) -> dict[str, str]:
+    """{lower-case name: version} from `name==version` lines (# comments allowed)."""
+    pins = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            pins[name.strip().lower()] = version.strip()
+    return pins
+
+
+def package_sources(site_packages: Path, pins: dict[str, str] | None = None) -> tuple[list[Source], list[dict]]:
+    """Files of the permissively licensed packages; with `pins`, only those packages (a version
+    other than the pinned one is used but reported, a missing one is reported)."""
     out, rejected = [], []
+    found = set()
     for dist in sorted(metadata.distributions(path=[str(site_packages)]), key=lambda d: d.metadata["Name"].lower()):
         name = dist.metadata["Name"]
+        if pins is not None:
+            if name.lower() not in pins:
+                rejected.append({"package": name, "reason": "not in the pinned package list"})
+                continue
+            found.add(name.lower())
+            if dist.version != pins[name.lower()]:
+                log.warning("corpus: %s is %s here, pinned %s: the corpus will differ from the shipped model's", name, dist.version, pins[name.lower()])
+                rejected.append({"package": name, "reason": f"version differs: pinned {pins[name.lower()]}, found {dist.version} (used)"})
         licence = dist_licence(dist)
         if name.lower() in SKIP_DISTS or licence is None:
             rejected.append({"package": name, "reason": "own package" if name.lower() in SKIP_DISTS else "licence not permissive/unknown"})
@@ -113,6 +138,9 @@ def package_sources(site_packages: Path) -> tuple[list[Source], list[dict]]:
             if rel.startswith("..") or not path.is_file():
                 continue
             out.append(Source(path, f"{name}/{rel}", name, licence))
+    for missing in sorted(set(pins or ()) - found):
+        log.warning("corpus: pinned package %s is not installed: the corpus will differ from the shipped model's", missing)
+        rejected.append({"package": missing, "reason": "pinned but not installed"})
     return out, rejected
 
 
@@ -184,9 +212,10 @@ def is_heldout(name: str) -> bool:
     return int(hashlib.sha1(name.encode()).hexdigest(), 16) % 100 < HELDOUT_PERCENT
 
 
-def build(out_dir: Path, stdlib_root: Path, site_packages: Path, humaneval_dir: Path = HUMANEVAL_DIR) -> dict:
+def build(out_dir: Path, stdlib_root: Path, site_packages: Path, humaneval_dir: Path = HUMANEVAL_DIR,
+          pins: dict[str, str] | None = None) -> dict:
     sources = stdlib_sources(stdlib_root)
-    package_files, rejected_packages = package_sources(site_packages)
+    package_files, rejected_packages = package_sources(site_packages, pins)
     sources += package_files
     decontaminator = Decontaminator(humaneval_problems(humaneval_dir))
     seen: set[str] = set()
@@ -234,9 +263,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stdlib", type=Path, default=Path(sysconfig.get_paths()["stdlib"]))
     parser.add_argument("--site-packages", type=Path, default=Path(sysconfig.get_paths()["purelib"]))
     parser.add_argument("--humaneval", type=Path, default=HUMANEVAL_DIR)
+    parser.add_argument("--packages", type=Path, default=PINNED_PACKAGES, help="name==version lines: the packages to take (default: the shipped model's)")
+    parser.add_argument("--all-packages", action="store_true", help="every permissively licensed installed package instead")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    stats = build(args.out, args.stdlib, args.site_packages, args.humaneval)["stats"]
+    pins = None if args.all_packages else read_pins(args.packages)
+    stats = build(args.out, args.stdlib, args.site_packages, args.humaneval, pins)["stats"]
     log.info("kept %d files (%.1f MB), %d held out; dropped %s", stats["files"], stats["bytes"] / 1e6, stats["heldout_files"], stats["dropped"])
 
 
