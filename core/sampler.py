@@ -166,6 +166,10 @@ def denoise(
     denoised = x == mask_id  # [B, T] the positions this run fills
     end_ids = torch.tensor(getattr(denoiser.spec, "end_ids", ()), dtype=torch.long, device=device)
     infill_slots = [r for span, r in zip(canvas.spans, canvas.slots) if span.mode == "infill" and len(r)]
+    opens_span = is_end_id = None  # [T] the first slot of each infill span; [V] pad/eos
+    if infill_slots and end_ids.numel():
+        opens_span = torch.zeros(T, dtype=torch.bool, device=device)
+        opens_span[[r.start for r in infill_slots]] = True
     if settings.expected_length and infill_slots and end_ids.numel():
         _pad_past_expected_length(denoiser, x, infill_slots, end_ids, mask_id, denoised, banned)
     guesses = x.clone()
@@ -200,6 +204,10 @@ def denoise(
 
             V = logits.shape[-1]
             logits = logits.index_fill(-1, banned, float("-inf"))  # never propose the mask, control bytes, stray specials
+            if opens_span is not None:  # an infill span's first slot holds content, as in training: never empty
+                if is_end_id is None:
+                    is_end_id = torch.zeros(logits.shape[-1], dtype=torch.bool, device=device).index_fill(0, end_ids, True)
+                logits = logits.masked_fill(opens_span[block][None, :, None] & is_end_id, float("-inf"))  # [B, P, V]
             proposal, p_token, ranking = kernels.propose_and_score(
                 logits.reshape(-1, V), settings.temperature, settings.top_k, settings.top_p, settings.policy, generator, impl
             )
@@ -270,7 +278,9 @@ def _pad_past_expected_length(denoiser, x, spans: list[range], end_ids, mask_id:
     for r in spans:
         p = p_end[:, offset:offset + len(r)]  # [B, S]
         offset += len(r)
-        length = (1 - p).sum(1).add(0.5).floor()  # [B] expected content slots, rounded
+        # Expected content slots, rounded; at least one, as in training, where no span is empty
+        # (a weak model's pad mass would otherwise empty a span the user asked to fill).
+        length = (1 - p).sum(1).add(0.5).floor().clamp_min(1)  # [B]
         past = torch.arange(len(r), device=x.device)[None] >= length[:, None]  # [B, S]
         fill = past & (x[:, r.start:r.stop] == mask_id)
         x[:, r.start:r.stop] = torch.where(fill, pad, x[:, r.start:r.stop])

@@ -102,7 +102,7 @@ def test_pad_and_eos_are_deleted_from_infill(tiny_denoiser):
     canvas = build_canvas(TEXT, [Span(4, 7, max_tokens=6)], tok, spec.mask_id, 1024, tiny_denoiser.max_len)
 
     class PadEveryOther:
-        """Wraps the denoiser so it proposes pad, 'x', eos, ... : the span must come out as 'xxx'."""
+        """Wraps the denoiser so it proposes 'x', pad, eos, ... : the span must come out as 'xx'."""
 
         def __init__(self, inner):
             self.inner, self.spec, self.tokenizer, self.max_len = inner, inner.spec, inner.tokenizer, inner.max_len
@@ -112,7 +112,7 @@ def test_pad_and_eos_are_deleted_from_infill(tiny_denoiser):
             out = torch.full((*ids.shape, tok.vocab_size), -10.0)
             x = tok.encode("x")[0]
             for n, pos in enumerate(canvas.slots[0]):
-                out[:, pos, (spec.pad_id, x, spec.eos_id)[n % 3]] = 10.0
+                out[:, pos, (x, spec.pad_id, spec.eos_id)[n % 3]] = 10.0
             return out if want is None else out[:, want]
 
     from sharpen.core import engine
@@ -277,3 +277,23 @@ def test_infill_length_is_the_expected_length(tiny_denoiser):
     # Off: pads are deferred behind content, so the slots where pad was likely still get 'q'.
     off = apply_edit(Graded(tiny_denoiser), text, [span], SamplerSettings(cache="none", expected_length=False))
     assert off.spans[0].text == "q" * 8
+
+
+def test_an_infill_is_never_empty_even_when_the_model_wants_pad_everywhere(tiny_denoiser):
+    """Training never has an empty span: the first slot takes content, the expected length is >= 1."""
+    tok, spec = tiny_denoiser.tokenizer, tiny_denoiser.spec
+    letter = tok.encode("q")[0]
+
+    class PadLover:
+        def __init__(self, inner):
+            self.spec, self.tokenizer, self.max_len, self.device = inner.spec, inner.tokenizer, inner.max_len, inner.device
+            self.banned_ids = inner.banned_ids
+
+        def logits(self, ids, want=None, run=None, cache=None):
+            out = torch.full((*ids.shape, tok.vocab_size), -5.0)
+            out[..., letter] = 0.0
+            out[..., spec.pad_id] = 10.0  # pad is by far the best guess at every slot
+            return out if want is None else out[:, want]
+
+    for settings in (SamplerSettings(), SamplerSettings(expected_length=False), SamplerSettings(cache="none", defer_end=False)):
+        assert apply_edit(PadLover(tiny_denoiser), "abc def ghi", [Span(4, 7, max_tokens=8)], settings).spans[0].text == "q"
