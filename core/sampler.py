@@ -113,15 +113,15 @@ class Frame:
         return sum(t is None for s in self.spans for t in s.tokens)
 
 
-def _plan(slot_positions: torch.Tensor, settings: SamplerSettings) -> list[tuple[torch.Tensor, int]]:
-    """Blocks of slot positions, left to right, each with its step budget."""
-    n = len(slot_positions)
+def _plan(positions: list[int], settings: SamplerSettings, device) -> list[tuple[torch.Tensor, int, list[int]]]:
+    """Blocks of slot positions, left to right: (positions on `device`, step budget, positions on the host)."""
+    n = len(positions)
     size = settings.block_size or n
-    blocks = list(slot_positions.split(size)) if n else []
     plan = []
-    for block in blocks:
+    for start in range(0, n, size or 1):
+        block = positions[start:start + size]
         steps = len(block) if settings.steps is None else math.ceil(settings.steps * len(block) / n)
-        plan.append((block, max(1, min(len(block), steps))))
+        plan.append((torch.tensor(block, dtype=torch.long, device=device), max(1, min(len(block), steps)), block))
     return plan
 
 
@@ -166,19 +166,19 @@ def denoise(
     denoised = x == mask_id  # [B, T] the positions this run fills
     end_ids = torch.tensor(getattr(denoiser.spec, "end_ids", ()), dtype=torch.long, device=device)
     infill_slots = [r for span, r in zip(canvas.spans, canvas.slots) if span.mode == "infill" and len(r)]
-    opens_span = is_end_id = None  # [T] the first slot of each infill span; [V] pad/eos
-    if infill_slots and end_ids.numel():
-        opens_span = torch.zeros(T, dtype=torch.bool, device=device)
-        opens_span[[r.start for r in infill_slots]] = True
+    # An infill span's first slot holds content, as in training (no trained span is empty).
+    span_openings = {r.start for r in infill_slots} if end_ids.numel() else set()
     if settings.expected_length and infill_slots and end_ids.numel():
         _pad_past_expected_length(denoiser, x, infill_slots, end_ids, mask_id, denoised, banned)
     guesses = x.clone()
-    plan = _plan(slot_positions, settings)
-    total = sum(steps for _, steps in plan)
+    plan = _plan([p for r in canvas.slots for p in r], settings, device)
+    total = sum(steps for _, steps, _ in plan)
     yield frame(0, total)
 
     step = 0
-    for block, block_steps in plan:
+    for block, block_steps, block_host in plan:
+        opening_rows = [i for i, pos in enumerate(block_host) if pos in span_openings]
+        opening_rows = torch.tensor(opening_rows, device=device)[:, None] if opening_rows else None  # [F, 1]
         cache = None
         final_step = 2 * block_steps - 1 if settings.remask_below else block_steps - 1
         generated = torch.zeros(B, len(block), dtype=torch.bool, device=device)  # committed here, so re-maskable
@@ -204,10 +204,8 @@ def denoise(
 
             V = logits.shape[-1]
             logits = logits.index_fill(-1, banned, float("-inf"))  # never propose the mask, control bytes, stray specials
-            if opens_span is not None:  # an infill span's first slot holds content, as in training: never empty
-                if is_end_id is None:
-                    is_end_id = torch.zeros(logits.shape[-1], dtype=torch.bool, device=device).index_fill(0, end_ids, True)
-                logits = logits.masked_fill(opens_span[block][None, :, None] & is_end_id, float("-inf"))  # [B, P, V]
+            if opening_rows is not None:  # never pad/eos in an infill's first slot: never an empty infill
+                logits[:, opening_rows, end_ids] = float("-inf")
             proposal, p_token, ranking = kernels.propose_and_score(
                 logits.reshape(-1, V), settings.temperature, settings.top_k, settings.top_p, settings.policy, generator, impl
             )
