@@ -176,6 +176,7 @@ def load_denoiser(
         model.load_state_dict(state, strict=not cfg.tie_embeddings, assign=True)
         if cfg.tie_embeddings:
             model.output.weight = model.embed.weight
+        model.pack()  # fused inference layout (accelerate's hooks above own their parameters: left unpacked)
     log.info("loaded %s model from %s (%s, %s)", family.name, path, device_map or torch_device, dtype)
     return Denoiser(model, tokenizer, spec)
 
