@@ -10,7 +10,7 @@ missing code is. Only `oracle` is told the middle's token count. Methods:
 
   fixed                 one run, the engine's default budget for an insertion point (pad trims it)
   adaptive              core/length.py: grow the budget while the span fills up with confident tokens
-  candidates            core/candidates.py: exact lengths 8/16/32/64 as rows of one batch, ranked by
+  candidates            core/candidates.py: exact lengths 4/6/8/11/16/23/32/45/64 as rows of one batch, ranked by
                         "the program still parses" (tree-sitter), then length-normalised confidence
   candidates-no-syntax  the same rows ranked by confidence only (what the parse check adds; taken
                         from the candidates run when both are asked for: greedy rows are identical)
@@ -53,9 +53,9 @@ LADDER = CandidatePlan(language="python", exact=True)
 METHODS = {  # name -> (run_edit options, what the table says about its length)
     "fixed": ({}, f"{DEFAULT_POINT_INFILL} slots, cut to the expected length, pad trimmed (the engine's default)"),
     "adaptive": ({"length": "adaptive"}, "16 slots, x2 while full, <= 3 runs"),
-    "candidates": ({"candidates": LADDER}, "exactly 8/16/32/64 in one batch; parse, then confidence"),
-    "candidates-no-syntax": ({"candidates": replace(LADDER, syntax=False)}, "exactly 8/16/32/64; confidence only"),
-    "candidates-pad": ({"candidates": replace(LADDER, exact=False)}, "up to 8/16/32/64, pad trimmed; parse, then confidence"),
+    "candidates": ({"candidates": LADDER}, "exactly 4..64 (9 rungs, x1.4) in one batch; parse, then confidence"),
+    "candidates-no-syntax": ({"candidates": replace(LADDER, syntax=False)}, "the same 9 rows; confidence only"),
+    "candidates-pad": ({"candidates": replace(LADDER, exact=False)}, "up to 4..64 (9 rungs), pad trimmed; parse, then confidence"),
     "candidates+adaptive": ({"candidates": LADDER, "length": "adaptive"}, "exact ladder around 16, grown"),
     "oracle": ({"candidates": CandidatePlan(scales=(1.0,), exact=True, syntax=False)}, "exactly the middle's token count"),
 }
