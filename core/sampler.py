@@ -32,6 +32,7 @@ from .denoiser import Denoiser
 SCHEDULES = ("fixed", "threshold")
 REWRITE_ORDERS = ("confidence", "random")
 CACHES = ("none", "prefix", "dual")
+REFRESHES = ("canvas", "block")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class SamplerSettings:
     threshold: float = 0.9  # Fast-dLLM's parallel-commit threshold
     block_size: int | None = None  # semi-autoregressive blocks of slots, left to right (None: one block)
     cache: str = "dual"  # none: exact, full forward every step; prefix / dual: approximate KV cache per block
+    refresh: str = "canvas"  # cache refresh at a new block: canvas (Fast-dLLM: the whole canvas) or block (only the finished and the new block)
     temperature: float = 0.0  # 0: greedy proposals; > 0: Gumbel-max sampling in float64
     top_k: int | None = None
     top_p: float | None = None
@@ -59,6 +61,7 @@ class SamplerSettings:
             (self.policy in K.POLICIES, f"unknown policy {self.policy!r}; known: {', '.join(K.POLICIES)}"),
             (self.schedule in SCHEDULES, f"unknown schedule {self.schedule!r}; known: {', '.join(SCHEDULES)}"),
             (self.cache in CACHES, f"unknown cache {self.cache!r}; known: {', '.join(CACHES)}"),
+            (self.refresh in REFRESHES, f"unknown refresh {self.refresh!r}; known: {', '.join(REFRESHES)}"),
             (self.rewrite_order in REWRITE_ORDERS, f"unknown rewrite order {self.rewrite_order!r}; known: {', '.join(REWRITE_ORDERS)}"),
             (self.steps is None or self.steps >= 1, "steps must be at least 1"),
             (self.block_size is None or self.block_size >= 1, "block size must be at least 1"),
@@ -176,10 +179,10 @@ def denoise(
     yield frame(0, total)
 
     step = 0
+    cache = previous = None
     for block, block_steps, block_host in plan:
         opening_rows = [i for i, pos in enumerate(block_host) if pos in span_openings]
         opening_rows = torch.tensor(opening_rows, device=device)[:, None] if opening_rows else None  # [F, 1]
-        cache = None
         final_step = 2 * block_steps - 1 if settings.remask_below else block_steps - 1
         generated = torch.zeros(B, len(block), dtype=torch.bool, device=device)  # committed here, so re-maskable
         for block_step in range(final_step + 1):
@@ -190,7 +193,12 @@ def denoise(
             if not bool(active.any()):  # the one host sync per step
                 break
             last = block_step == final_step
-            if use_cache and block_step == 0:
+            if use_cache and block_step == 0 and previous is not None and settings.refresh == "block":
+                # Cheap refresh (dKV-Cache's idea): the finished block's keys/values are the ones
+                # that went stale (mask -> tokens); recompute it with the new block, keep the rest.
+                run = torch.cat([previous, block]) if settings.cache == "dual" else torch.arange(previous_start, T, device=device)
+                logits = denoiser.logits(x, want=block, run=run, cache=cache)  # [B, P, V]
+            elif use_cache and block_step == 0:
                 # Refresh: the whole canvas once, keys/values kept; every slot's guess updated.
                 cache = denoiser.new_cache(B, T)
                 all_logits = denoiser.logits(x, want=slot_positions, cache=cache)  # [B, N, V]
@@ -243,6 +251,7 @@ def denoise(
                 _pad_after_end(x, infill_slots, end_ids, mask_id, denoised, guesses)
             step += 1
             yield frame(step, total)
+        previous, previous_start = block, block_host[0]
     yield frame(step, total, done=True)
 
 

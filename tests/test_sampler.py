@@ -1,4 +1,6 @@
 """The denoising loop on a tiny random model: invariants, determinism, cancellation."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -21,6 +23,8 @@ SETTINGS = [
     SamplerSettings(policy="random", temperature=0.8, top_k=20, top_p=0.9, samples=3),
     SamplerSettings(temperature=1.0, remask_below=0.05, block_size=8),
     SamplerSettings(rewrite_order="random", schedule="fixed", steps=1),
+    SamplerSettings(block_size=3, refresh="block"),
+    SamplerSettings(cache="prefix", block_size=4, refresh="block", samples=2, temperature=0.5),
 ]
 
 
@@ -29,7 +33,7 @@ def outside(text, spans):
     return [text[a:b] for a, b in zip(cuts[::2], cuts[1::2])]
 
 
-@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: f"{s.policy}-{s.schedule}-{s.cache}-{s.block_size}-{s.samples}")
+@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: f"{s.policy}-{s.schedule}-{s.cache}-{s.block_size}-{s.samples}-{s.refresh}")
 def test_every_mask_is_resolved_and_only_spans_change(tiny_denoiser, settings):
     frames = list(run_edit(tiny_denoiser, TEXT, SPANS, settings))
     assert frames[-1].done and all(not f.done for f in frames[:-1])
@@ -297,3 +301,38 @@ def test_an_infill_is_never_empty_even_when_the_model_wants_pad_everywhere(tiny_
 
     for settings in (SamplerSettings(), SamplerSettings(expected_length=False), SamplerSettings(cache="none", defer_end=False)):
         assert apply_edit(PadLover(tiny_denoiser), "abc def ghi", [Span(4, 7, max_tokens=8)], settings).spans[0].text == "q"
+
+
+@pytest.mark.parametrize("cache", ["dual", "prefix"])
+def test_block_refresh_recomputes_only_the_finished_and_the_new_block(tiny_denoiser, cache):
+    """refresh="canvas" runs the whole canvas at every block; "block" once, then the finished block
+    (whose keys/values went stale) with the new one (dual) or from the finished block on (prefix)."""
+    class Spy:
+        def __init__(self, inner):
+            self.inner, self.calls = inner, []
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def logits(self, ids, want=None, run=None, cache=None):
+            self.calls.append((None if run is None else run.tolist(), cache is not None))
+            return self.inner.logits(ids, want=want, run=run, cache=cache)
+
+    span = Span(48, 48, max_tokens=9)
+    settings = SamplerSettings(block_size=3, cache=cache, schedule="fixed", expected_length=False)
+    canvas_spy, block_spy = Spy(tiny_denoiser), Spy(tiny_denoiser)
+    a = apply_edit(canvas_spy, TEXT, [span], settings)
+    b = apply_edit(block_spy, TEXT, [span], dataclasses.replace(settings, refresh="block"))
+    assert a.text and b.text
+    assert sum(run is None for run, _ in canvas_spy.calls) == 3  # one whole-canvas pass per block
+    assert sum(run is None for run, _ in block_spy.calls) == 1
+    T = None  # canvas end: prefix runs go to it
+    cached = [run for run, _ in canvas_spy.calls if run is not None]
+    first = cached[0][0]  # block 0's first slot (its step 1 runs from it)
+    block_runs = [run for run, _ in block_spy.calls if run is not None]
+    if cache == "dual":
+        # steps 1-2 of block 0 run its 3 slots; block 1 starts with blocks 0+1 together; and so on.
+        assert block_runs[2] == list(range(first, first + 6)) and block_runs[5] == list(range(first + 3, first + 9))
+    else:
+        T = cached[0][-1] + 1
+        assert block_runs[2] == list(range(first, T)) and block_runs[5] == list(range(first + 3, T))
