@@ -26,6 +26,7 @@ SCHEDULES = ("fixed", "threshold")
 # The engine's names, repeated here because importing core.engine or core.sampler imports torch.
 LENGTHS = ("fixed", "adaptive")
 CACHES = ("none", "prefix", "dual")
+REFRESHES = ("canvas", "block")
 KERNELS = ("auto", "reference", "triton")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -48,6 +49,7 @@ class Sampling:
     length: str = "fixed"  # infill length: the slot budget, or "adaptive" (grow while a span fills up)
     candidates: int = 1  # > 1: that many infill lengths in one batch, ranked by parse then confidence
     cache: str = "dual"  # KV cache per block: none is exact, dual the fastest
+    refresh: str = "canvas"  # cache refresh at each new block: canvas (whole, Fast-dLLM) or block (the finished one only)
     kernels: str = "auto"  # per-step kernels: triton on CUDA, the torch reference elsewhere
 
     def __post_init__(self) -> None:
@@ -55,7 +57,7 @@ class Sampling:
             raise ValueError(f"unknown policy {self.policy!r}; known: {', '.join(POLICIES)}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r}; known: {', '.join(SCHEDULES)}")
-        for name, value, known in (("length", self.length, LENGTHS), ("cache", self.cache, CACHES), ("kernels", self.kernels, KERNELS)):
+        for name, value, known in (("length", self.length, LENGTHS), ("cache", self.cache, CACHES), ("refresh", self.refresh, REFRESHES), ("kernels", self.kernels, KERNELS)):
             if value not in known:
                 raise ValueError(f"unknown {name} {value!r}; known: {', '.join(known)}")
         if not 1 <= self.candidates <= 16:
@@ -155,7 +157,7 @@ def load_config(path: Path | None = None) -> Config:
 # Command-line options that override the config when given (argparse dest -> where it goes).
 _TOP_LEVEL_OPTIONS = ("model", "device", "dtype", "theme")
 _SAMPLING_OPTIONS = ("steps", "policy", "schedule", "threshold", "block_size", "temperature", "top_k", "top_p", "seed",
-                     "samples", "context_tokens", "length", "candidates", "cache", "kernels")
+                     "samples", "context_tokens", "length", "candidates", "cache", "refresh", "kernels")
 
 
 def merge_args(config: Config, args, defaults: dict) -> Config:

@@ -109,6 +109,7 @@ def sampler_settings(args: Namespace):
             threshold=args.threshold,
             block_size=args.block_size,
             cache=args.cache,
+            refresh=args.refresh,
             kernels=args.kernels,
             temperature=args.temperature,
             top_k=args.top_k,
