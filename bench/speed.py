@@ -6,7 +6,8 @@
 Rows: model, span length, method (policy / schedule / cache), tokens/s, steps, wall time,
 and quality on a held-out infill set (HumanEval-Infilling multi-line middles, never in the
 training corpus): token accuracy and exact match at the oracle length. All rows of one
-run are on the same machine, items and span lengths.
+run are on the same machine, items and span lengths; the methods take turns item by item
+(each warmed up once first), so a slow spell of the machine costs every method alike.
 
 Methods:
   naive      LLaDA's reference loop: full forward every step, full-vocabulary logits for
@@ -75,35 +76,53 @@ def naive_loop(denoiser, ids: torch.Tensor, slots: range) -> tuple[torch.Tensor,
     return x[0, slots.start:slots.stop], steps
 
 
-def run_method(method: str, denoiser, items: list[Item], context: int, settings_cls, engine, canvas_mod) -> dict:
+def run_item(method: str, denoiser, item: Item, context: int, settings_cls, engine, canvas_mod) -> dict:
+    """One item by one method: tokens, steps, wall seconds, correct tokens, exact match."""
     tok, spec = denoiser.tokenizer, denoiser.spec
-    tokens = steps = correct = total_pos = exact = 0
+    text = item.prefix + item.middle + item.suffix
+    target = tok.encode(item.middle)
+    span = engine.Span(len(item.prefix), len(item.prefix) + len(item.middle), max_tokens=len(target))
     started = time.perf_counter()
-    for item in items:
-        text = item.prefix + item.middle + item.suffix
-        target = tok.encode(item.middle)
-        span = engine.Span(len(item.prefix), len(item.prefix) + len(item.middle), max_tokens=len(target))
-        if method == "naive":
-            canvas = canvas_mod.build_canvas(text, [span], tok, spec.mask_id, context, denoiser.max_len)
-            with torch.inference_mode():
-                out, n = naive_loop(denoiser, torch.tensor(canvas.ids, device=denoiser.device), canvas.slots[0])
-            out = out.tolist()
-        else:
-            settings = method_settings(method, settings_cls)
-            per_step = _per_step(method)
-            if per_step:  # a step budget relative to the span: at least this many commits per step
-                settings = dataclasses.replace(settings, steps=math.ceil(len(target) / per_step))
-            frames = list(engine.run_edit(denoiser, text, [span], settings, context_tokens=context))
-            out = list(frames[-1].frame.final_ids[0][0])
-            n = frames[-1].result.steps
-        steps += n
-        tokens += len(target)
-        correct += sum(a == b for a, b in zip(out, target))
-        total_pos += len(target)
-        kept = [t for t in out if t not in (*spec.end_ids, spec.mask_id)]
-        exact += tok.decode(kept).strip() == item.middle.strip()
+    if method == "naive":
+        canvas = canvas_mod.build_canvas(text, [span], tok, spec.mask_id, context, denoiser.max_len)
+        with torch.inference_mode():
+            out, n = naive_loop(denoiser, torch.tensor(canvas.ids, device=denoiser.device), canvas.slots[0])
+        out = out.tolist()
+    else:
+        settings = method_settings(method, settings_cls)
+        per_step = _per_step(method)
+        if per_step:  # a step budget relative to the span: at least this many commits per step
+            settings = dataclasses.replace(settings, steps=math.ceil(len(target) / per_step))
+        frames = list(engine.run_edit(denoiser, text, [span], settings, context_tokens=context))
+        out = list(frames[-1].frame.final_ids[0][0])
+        n = frames[-1].result.steps
     wall = time.perf_counter() - started
-    return {"tokens": tokens, "steps": steps, "wall": wall, "acc": correct / max(total_pos, 1), "em": exact / max(len(items), 1)}
+    kept = [t for t in out if t not in (*spec.end_ids, spec.mask_id)]
+    return {"tokens": len(target), "steps": n, "wall": wall, "correct": sum(a == b for a, b in zip(out, target)),
+            "exact": tok.decode(kept).strip() == item.middle.strip()}
+
+
+def run_methods(methods: list[str], denoiser, items: list[Item], context: int, settings_cls, engine, canvas_mod) -> dict:
+    """Every method on every item, interleaved item by item (a slow spell of the machine then hits
+    every method alike, which keeps the ratios of one run honest on a noisy VM); each method runs
+    the first item once untimed first (allocator, oneDNN and cache warm-up)."""
+    def one(method: str, item: Item) -> dict:
+        if method == "ar":
+            return run_ar_item(denoiser, item, context)
+        return run_item(method, denoiser, item, context, settings_cls, engine, canvas_mod)
+
+    for method in methods:
+        one(method, items[0])
+    totals = {m: {"tokens": 0, "steps": 0, "wall": 0.0, "correct": 0, "exact": 0} for m in methods}
+    for item in items:
+        for method in methods:
+            for key, value in one(method, item).items():
+                totals[method][key] += value
+    for method, row in totals.items():
+        quality = method != "ar"  # random weights: speed only
+        row["acc"] = row["correct"] / max(row["tokens"], 1) if quality else None
+        row["em"] = row["exact"] / len(items) if quality else None
+    return totals
 
 
 def _changes(method: str) -> dict[str, str]:
@@ -143,33 +162,39 @@ def describe_settings(settings, per_step: int | None = None) -> str:
     if per_step:
         schedule += f", >= {per_step} per step"
     block = f", blocks of {settings.block_size}" if settings.block_size else ""
+    block += ", block refresh" if settings.refresh == "block" and settings.cache != "none" else ""
     return f"{settings.policy} / {schedule} / {settings.cache}{block}"
 
 
-def run_ar(denoiser, items: list[Item], context: int) -> dict:
-    """Same-size causal LM with KV cache through transformers' generate (random weights: speed only)."""
+_AR_MODELS: dict = {}
+
+
+def causal_twin(denoiser):
+    """A causal LM of the same dimensions (transformers' LlamaForCausalLM, random weights: speed only)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = denoiser.model.cfg
-    config = LlamaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.ffn_hidden, num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads, max_position_embeddings=cfg.max_seq_len,
-        rope_theta=cfg.rope_theta, tie_word_embeddings=cfg.tie_embeddings, pad_token_id=0, eos_token_id=None, bos_token_id=None,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(denoiser.device, denoiser.model.embed.weight.dtype).eval()
-    tok = denoiser.tokenizer
-    tokens = steps = 0
+    if id(denoiser) not in _AR_MODELS:
+        cfg = denoiser.model.cfg
+        config = LlamaConfig(
+            vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.ffn_hidden, num_hidden_layers=cfg.n_layers,
+            num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads, max_position_embeddings=cfg.max_seq_len,
+            rope_theta=cfg.rope_theta, tie_word_embeddings=cfg.tie_embeddings, pad_token_id=0, eos_token_id=None, bos_token_id=None,
+        )
+        torch.manual_seed(0)
+        _AR_MODELS[id(denoiser)] = LlamaForCausalLM(config).to(denoiser.device, denoiser.model.embed.weight.dtype).eval()
+    return _AR_MODELS[id(denoiser)]
+
+
+def run_ar_item(denoiser, item: Item, context: int) -> dict:
+    """The same number of tokens decoded by the causal twin with its KV cache through `generate`."""
+    model, tok = causal_twin(denoiser), denoiser.tokenizer
+    n = len(tok.encode(item.middle))
+    prompt = tok.encode(item.prefix)[-(context // 2):] or [0]
+    ids = torch.tensor([prompt], device=denoiser.device)
     started = time.perf_counter()
-    for item in items:
-        n = len(tok.encode(item.middle))
-        prompt = tok.encode(item.prefix)[-(context // 2):] or [0]
-        ids = torch.tensor([prompt], device=denoiser.device)
-        with torch.inference_mode():
-            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True)
-        tokens += n
-        steps += n
-    return {"tokens": tokens, "steps": steps, "wall": time.perf_counter() - started, "acc": None, "em": None}
+    with torch.inference_mode():
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True)
+    return {"tokens": n, "steps": n, "wall": time.perf_counter() - started, "correct": 0, "exact": 0}
 
 
 def main() -> int:
@@ -217,11 +242,8 @@ def main() -> int:
             continue
         context = min(args.context, denoiser.max_len - hi)
         mean_len = statistics.mean(len(denoiser.tokenizer.encode(it.middle)) for it in items)
-        for method in args.methods.split(","):
-            if method == "ar":
-                row = run_ar(denoiser, items, context)
-            else:
-                row = run_method(method, denoiser, items, context, SamplerSettings, engine, canvas_mod)
+        results = run_methods(args.methods.split(","), denoiser, items, context, SamplerSettings, engine, canvas_mod)
+        for method, row in results.items():
             rate = row["tokens"] / row["wall"]
             described = describe.get(method) or describe_settings(method_settings(method, SamplerSettings), _per_step(method))
             summary[(hi, method)] = rate, row["em"]

@@ -1,0 +1,46 @@
+"""bench/speed.py's measuring loop on the tiny model: every method fills every slot, rows add up."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import speed  # noqa: E402
+
+from sharpen.core import canvas as canvas_mod  # noqa: E402
+from sharpen.core import engine  # noqa: E402
+from sharpen.core.sampler import SamplerSettings  # noqa: E402
+from sharpen.core.spans import Span  # noqa: E402
+
+ITEMS = [
+    speed.Item("def add(a, b):\n    ", "return a + b", "\n\n\nprint(add(1, 2))\n"),
+    speed.Item("class Point:\n    x = 1\n", "    y = 2\n    z = 3\n", "\nprint(Point.x)\n"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _span_class(monkeypatch):
+    monkeypatch.setattr(engine, "Span", Span, raising=False)  # main() sets it the same way
+
+
+def test_every_method_decodes_every_slot_and_rows_add_up(tiny_denoiser):
+    methods = ["naive", "exact", "default", "default@block_size=2/refresh=block", "default@per_step=2", "ar"]
+    rows = speed.run_methods(methods, tiny_denoiser, ITEMS, 64, SamplerSettings, engine, canvas_mod)
+    tokens = sum(len(tiny_denoiser.tokenizer.encode(it.middle)) for it in ITEMS)
+    assert list(rows) == methods
+    for method, row in rows.items():
+        assert row["tokens"] == tokens and row["wall"] > 0
+        if method == "ar":
+            assert row["acc"] is None and row["steps"] == tokens
+        else:
+            assert 0.0 <= row["acc"] <= 1.0 and 0.0 <= row["em"] <= 1.0
+    assert rows["naive"]["steps"] == rows["exact"]["steps"] == tokens  # one commit per step
+    assert rows["default@per_step=2"]["steps"] <= (tokens + len(ITEMS)) // 2 + len(ITEMS)
+
+
+def test_method_settings_parse_changes_and_reject_unknown_fields():
+    settings = speed.method_settings("default@block_size=8/refresh=block/threshold=0.5", SamplerSettings)
+    assert (settings.block_size, settings.refresh, settings.threshold, settings.expected_length) == (8, "block", 0.5, False)
+    assert speed.method_settings("exact", SamplerSettings).cache == "none"
+    with pytest.raises(KeyError):
+        speed.method_settings("default@no_such_field=1", SamplerSettings)
