@@ -2,6 +2,7 @@
 candidates, and the oracle length, on one model.
 
     .venv/bin/python bench/syntax_eval.py --limit 25                  # the embedded model, 25 items per task
+    .venv/bin/python bench/syntax_eval.py --limit 300,150 --threads 1  # the README table (single, multi)
     .venv/bin/python bench/syntax_eval.py --model DIR --limit 0       # every item (slow on a CPU)
 
 Every method sees the same text: the problem's prompt and suffix with the middle removed and
@@ -126,7 +127,7 @@ def table(results: dict, methods: list[str], model: str) -> str:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="checkpoint directory (default: the embedded model)")
-    p.add_argument("--limit", type=int, default=25, help="items per task, evenly spread (0: all)")
+    p.add_argument("--limit", default="25", help="items per task, evenly spread (0: all); or one per task, e.g. 300,150")
     p.add_argument("--tasks", default="single,multi")
     p.add_argument("--methods", default=DEFAULT_METHODS, help=f"comma list of: {', '.join(METHODS)}")
     p.add_argument("--context", type=int, default=1024, help="context tokens around the span")
@@ -142,9 +143,13 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     denoiser = load_denoiser(args.model)
     settings = SamplerSettings(steps=args.steps)  # else the app's defaults: greedy, confidence order, threshold commits, dual cache
+    kinds = args.tasks.split(",")
+    limits = [int(v) for v in args.limit.split(",")]
+    if len(limits) not in (1, len(kinds)):
+        p.error(f"--limit takes one number or one per task ({len(kinds)})")
     results = {}
-    for kind in args.tasks.split(","):
-        results[kind] = run_task(denoiser, kind, methods, args.limit or None, settings, args.context)
+    for kind, limit in zip(kinds, limits * len(kinds) if len(limits) == 1 else limits):
+        results[kind] = run_task(denoiser, kind, methods, limit or None, settings, args.context)
     model = f"{denoiser.spec.name or args.model or 'embedded'}"
     print(table(results, methods, model))
     if args.json:

@@ -73,3 +73,17 @@ def test_end_to_end_on_a_tiny_corpus(tmp_path, tiny_model_dir, capsys):
 def test_a_missing_corpus_is_one_clear_line(tmp_path):
     with pytest.raises(SystemExit, match="build it first: python -m train.corpus"):
         E.main(["--corpus", str(tmp_path / "nothing"), "--tasks", "none"])
+
+
+@pytest.mark.skipif(not E.HUMANEVAL_DIR.exists(), reason="shared HumanEval-Infilling data not present (../shared)")
+def test_syntax_eval_table_per_task_limits(tiny_model_dir, capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import syntax_eval
+
+    results = syntax_eval.main(["--model", str(tiny_model_dir), "--limit", "2,1", "--methods", "fixed,candidates,candidates-no-syntax,oracle", "--threads", "1"])
+    assert [results[k]["fixed"]["n"] for k in ("single", "multi")] == [2, 1]
+    table = capsys.readouterr().out
+    assert "single-line pass@1 (n=2)" in table and "multi-line pass@1 (n=1)" in table and "(same run)" in table
