@@ -72,9 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--policy", default="confidence", choices=("confidence", "margin", "entropy", "random"), help="which tokens commit first")
     model.add_argument("--schedule", default="threshold", choices=("fixed", "threshold"), help="fixed quota per step, or also every token above --threshold")
     model.add_argument("--threshold", type=float, default=0.9, metavar="P", help="confidence for parallel commits (default 0.9)")
-    model.add_argument("--block-size", type=int, metavar="N", help="semi-autoregressive blocks of N slots")
+    model.add_argument("--block-size", type=int, default=8, metavar="N", help="semi-autoregressive blocks of N slots, left to right (default 8; 0: one block)")
     model.add_argument("--cache", default="dual", choices=("none", "prefix", "dual"), help="KV cache per block: none is exact; dual (default) is fastest")
-    model.add_argument("--refresh", default="canvas", choices=("canvas", "block"), help="cache refresh at each new block: the whole canvas (default) or only the finished block (faster with --block-size)")
+    model.add_argument("--refresh", default="block", choices=("block", "canvas"), help="cache refresh at each new block: only the finished block (default) or the whole canvas (Fast-dLLM)")
     model.add_argument("--kernels", default="auto", choices=("auto", "reference", "triton"), help="step kernels: auto is triton on CUDA")
     model.add_argument("--compile", default="off", choices=("off", "default", "reduce-overhead", "max-autotune"),
                        help="torch.compile the model; reduce-overhead records CUDA graphs (GPU). Each new shape compiles once: worth it for long runs, not one quick edit")

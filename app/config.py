@@ -39,7 +39,7 @@ class Sampling:
     policy: str = "confidence"  # which tokens commit first
     schedule: str = "threshold"  # fixed quota per step, or also every token above `threshold`
     threshold: float = 0.9  # Fast-dLLM's parallel-commit confidence
-    block_size: int | None = None  # semi-autoregressive blocks of slots (long spans)
+    block_size: int = 8  # semi-autoregressive blocks of slots, left to right; 0: one block over every slot
     temperature: float = 0.0  # 0 is greedy
     top_k: int | None = None
     top_p: float | None = None
@@ -49,7 +49,7 @@ class Sampling:
     length: str = "fixed"  # infill length: the slot budget, or "adaptive" (grow while a span fills up)
     candidates: int = 1  # > 1: that many infill lengths in one batch, ranked by parse then confidence
     cache: str = "dual"  # KV cache per block: none is exact, dual the fastest
-    refresh: str = "canvas"  # cache refresh at each new block: canvas (whole, Fast-dLLM) or block (the finished one only)
+    refresh: str = "block"  # cache refresh at each new block: block (the finished one only) or canvas (whole, Fast-dLLM)
     kernels: str = "auto"  # per-step kernels: triton on CUDA, the torch reference elsewhere
 
     def __post_init__(self) -> None:
@@ -62,6 +62,8 @@ class Sampling:
                 raise ValueError(f"unknown {name} {value!r}; known: {', '.join(known)}")
         if not 1 <= self.candidates <= 16:
             raise ValueError("candidates must be between 1 and 16")
+        if self.block_size < 0:
+            raise ValueError("block_size must be at least 0 (0: one block)")
         if self.steps is not None and self.steps < 1:
             raise ValueError("steps must be at least 1")
         if self.samples < 1:

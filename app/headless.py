@@ -85,7 +85,7 @@ def check_options(args: Namespace) -> None:
     get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
     checks = [
         (get("steps") is None or get("steps") >= 1, "--steps must be at least 1"),
-        (get("block_size") is None or get("block_size") >= 1, "--block-size must be at least 1"),
+        (get("block_size") is None or get("block_size") >= 0, "--block-size must be at least 0 (0: one block)"),
         (1 <= get("samples", 1) <= MAX_SAMPLES, f"--samples must be between 1 and {MAX_SAMPLES}"),
         (0.0 < get("threshold", 0.9) <= 1.0, "--threshold must be in (0, 1]"),
         (0.0 <= get("temperature", 0.0) < math.inf, "--temperature must be a finite number, at least 0"),
@@ -107,7 +107,7 @@ def sampler_settings(args: Namespace):
             policy=args.policy,
             schedule=args.schedule,
             threshold=args.threshold,
-            block_size=args.block_size,
+            block_size=args.block_size or None,
             cache=args.cache,
             refresh=args.refresh,
             kernels=args.kernels,

@@ -86,7 +86,7 @@ FAST = [
     Case("samples-huge", spec("1-1", "--samples", "100000"), 2, "--samples must be between 1 and 64"),
     Case("threshold-zero", spec("1-1", "--threshold", "0"), 2, "--threshold must be in (0, 1]"),
     Case("context-negative", spec("1-1", "--context-tokens", "-5"), 2, "--context-tokens must be at least 0"),
-    Case("block-size-zero", spec("1-1", "--block-size", "0"), 2, "--block-size must be at least 1"),
+    Case("block-size-negative", spec("1-1", "--block-size", "-1"), 2, "--block-size must be at least 0 (0: one block)"),
     Case("steps-not-a-number", spec("1-1", "--steps", "many"), 2, "invalid int value"),
     # usage: exit 2
     Case("in-place-stdin", ["-", "--apply-edit", "1-1", "--in-place"], 2, "--in-place needs a file", stdin=b"x = 1\n"),
@@ -386,7 +386,7 @@ def test_sigint_to_a_real_process_leaves_the_file(tmp_path, tiny_model_dir):
     path.write_bytes(ORIGINAL * 20)
     proc = subprocess.Popen(
         [sys.executable, "-m", "sharpen.app.cli", str(path), "--apply-edit", "1:1-1:1", "--max-tokens", "400",
-         "--schedule", "fixed", "--cache", "none", "--in-place", "--model", str(tiny_model_dir)],
+         "--schedule", "fixed", "--cache", "none", "--block-size", "0", "--in-place", "--model", str(tiny_model_dir)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     try:

@@ -71,9 +71,11 @@ def test_fixed_schedule_uses_the_step_budget(tiny_denoiser):
 
 
 def test_threshold_commits_in_parallel(tiny_denoiser):
-    # A threshold every proposal clears commits the whole span in one step.
-    result = apply_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=12)], SamplerSettings(threshold=1e-9))
+    # A threshold every proposal clears commits a whole block in one step.
+    result = apply_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=12)], SamplerSettings(threshold=1e-9, block_size=None))
     assert result.steps == 1
+    blocks = apply_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=12)], SamplerSettings(threshold=1e-9, block_size=5))
+    assert blocks.steps == 3
 
 
 def test_same_seed_same_result_other_seed_differs(tiny_denoiser):
@@ -319,7 +321,7 @@ def test_block_refresh_recomputes_only_the_finished_and_the_new_block(tiny_denoi
             return self.inner.logits(ids, want=want, run=run, cache=cache)
 
     span = Span(48, 48, max_tokens=9)
-    settings = SamplerSettings(block_size=3, cache=cache, schedule="fixed", expected_length=False)
+    settings = SamplerSettings(block_size=3, cache=cache, schedule="fixed", expected_length=False, refresh="canvas")
     canvas_spy, block_spy = Spy(tiny_denoiser), Spy(tiny_denoiser)
     a = apply_edit(canvas_spy, TEXT, [span], settings)
     b = apply_edit(block_spy, TEXT, [span], dataclasses.replace(settings, refresh="block"))
@@ -336,3 +338,16 @@ def test_block_refresh_recomputes_only_the_finished_and_the_new_block(tiny_denoi
     else:
         T = cached[0][-1] + 1
         assert block_runs[2] == list(range(first, T)) and block_runs[5] == list(range(first + 3, T))
+
+
+@pytest.mark.parametrize("n", [1, 5, 12, 20, 64])
+@pytest.mark.parametrize("block_size", [None, 1, 3, 8])
+@pytest.mark.parametrize("steps", [None, 1, 4, 7, 100])
+def test_step_budget_is_split_over_blocks_exactly(n, block_size, steps):
+    from sharpen.core.sampler import _plan
+
+    plan = _plan(list(range(n)), SamplerSettings(block_size=block_size, steps=steps), "cpu")
+    assert [p for _, _, block in plan for p in block] == list(range(n))
+    assert all(1 <= budget <= len(block) for _, budget, block in plan)
+    expected = n if steps is None else min(n, max(steps, len(plan)))  # one step per block at least
+    assert sum(budget for _, budget, _ in plan) == expected

@@ -288,7 +288,7 @@ def test_adaptive_length_grows_while_the_span_fills_up_and_stops_at_pad(tiny_den
         return word, 0.95  # never pads: every budget fills up
 
     fake = scripted(tiny_denoiser, text, spans, CandidatePlan(), endless)
-    result = apply_edit(fake, text, spans, SamplerSettings(cache="none", schedule="fixed", steps=4), length="adaptive")
+    result = apply_edit(fake, text, spans, SamplerSettings(cache="none", schedule="fixed", steps=4, block_size=None), length="adaptive")
     assert result.spans[0].tokens == 64  # 16 -> 32 -> 64: three rounds, the most allowed
     assert result.steps == 12 and result.spans[0].span == spans[0]
 
@@ -296,7 +296,7 @@ def test_adaptive_length_grows_while_the_span_fills_up_and_stops_at_pad(tiny_den
         return (word, 0.95) if k < 5 else (pad, 0.9)
 
     fake.script = five
-    result = apply_edit(fake, text, spans, SamplerSettings(cache="none", schedule="fixed", steps=4), length="adaptive")
+    result = apply_edit(fake, text, spans, SamplerSettings(cache="none", schedule="fixed", steps=4, block_size=None), length="adaptive")
     assert result.spans[0].tokens == 5 and result.steps <= 4  # one round: the model wrote pad after 5 tokens
     fixed = apply_edit(fake, text, spans, SamplerSettings(cache="none"))
     assert fixed.spans[0].tokens == 5  # fixed length also shrinks by the pads

@@ -66,7 +66,7 @@ def sampler_settings(sampling: Sampling):
 
     return SamplerSettings(
         steps=sampling.steps, policy=sampling.policy, schedule=sampling.schedule, threshold=sampling.threshold,
-        block_size=sampling.block_size, cache=sampling.cache, refresh=sampling.refresh, kernels=sampling.kernels, temperature=sampling.temperature, top_k=sampling.top_k,
+        block_size=sampling.block_size or None, cache=sampling.cache, refresh=sampling.refresh, kernels=sampling.kernels, temperature=sampling.temperature, top_k=sampling.top_k,
         top_p=sampling.top_p, seed=sampling.seed, samples=sampling.samples,
     )
 
