@@ -7,10 +7,12 @@ every proposal the model is sure enough of). A Frame is yielded after every step
 editor draws the text sharpening without copying the loop; a cancel callback is checked
 between steps.
 
-Speed (Fast-dLLM's two ideas): with `cache="prefix"` or `"dual"`, the first step of each
-block runs the whole canvas and keeps every layer's keys and values; later steps of the
-block recompute only the block (dual) or the block and what follows it (prefix) against
-that cache. Only the block's rows are projected to the vocabulary. Frames keep device
+Speed (Fast-dLLM's two ideas): with `cache="prefix"` or `"dual"`, the first step runs the
+whole canvas and keeps every layer's keys and values; later steps of a block recompute only
+the block (dual) or the block and what follows it (prefix) against that cache. At a new
+block, `refresh="canvas"` runs the whole canvas again (Fast-dLLM); `refresh="block"` (the
+default) recomputes only the finished block, whose keys and values went stale when its masks
+became tokens, together with the new one. Only the block's rows are projected to the vocabulary. Frames keep device
 tensors and turn into Python lists only when read, so a consumer that only wants the
 result costs one host sync per step (the "block finished?" check).
 """
