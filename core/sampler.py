@@ -118,16 +118,20 @@ class Frame:
         return sum(t is None for s in self.spans for t in s.tokens)
 
 
-def _plan(positions: list[int], settings: SamplerSettings, device) -> list[tuple[torch.Tensor, int, list[int]]]:
+def _plan(spans: list[range], settings: SamplerSettings, device) -> list[tuple[torch.Tensor, int, list[int]]]:
     """Blocks of slot positions, left to right: (positions on `device`, step budget, positions on the host).
 
-    A step budget adds up to exactly `steps` (at least one step per block, at most one per
-    slot): each block gets one step, and the rest is shared in proportion to the slots beyond
-    each block's first (cumulative rounding, so the shares sum to the whole).
+    Block k holds the k-th run of `block_size` slots of every span, so several marked regions
+    sharpen side by side (parallel edits) while each is written left to right. A step budget
+    adds up to exactly `steps` (at least one step per block, at most one per slot): each block
+    gets one step, and the rest is shared in proportion to the slots beyond each block's first
+    (cumulative rounding, so the shares sum to the whole).
     """
-    n = len(positions)
-    size = settings.block_size or n
-    blocks = [positions[start:start + size] for start in range(0, n, size or 1)]
+    spans = [r for r in spans if len(r)]
+    n = sum(len(r) for r in spans)
+    size = settings.block_size or max((len(r) for r in spans), default=1)
+    longest = max((len(r) for r in spans), default=0)
+    blocks = [[p for r in spans for p in r[k:k + size]] for k in range(0, longest, size)]
     budget = n if settings.steps is None else min(n, max(settings.steps, len(blocks)))
     extra, capacity = budget - len(blocks), n - len(blocks)
     plan, seen, bound = [], 0, 0
@@ -184,7 +188,7 @@ def denoise(
     if settings.expected_length and infill_slots and end_ids.numel():
         _pad_past_expected_length(denoiser, x, infill_slots, end_ids, mask_id, denoised, banned)
     guesses = x.clone()
-    plan = _plan([p for r in canvas.slots for p in r], settings, device)
+    plan = _plan(list(canvas.slots), settings, device)
     total = sum(steps for _, steps, _ in plan)
     yield frame(0, total)
 

@@ -340,14 +340,24 @@ def test_block_refresh_recomputes_only_the_finished_and_the_new_block(tiny_denoi
         assert block_runs[2] == list(range(first, T)) and block_runs[5] == list(range(first + 3, T))
 
 
-@pytest.mark.parametrize("n", [1, 5, 12, 20, 64])
+@pytest.mark.parametrize("lengths", [(1,), (5,), (12,), (20,), (64,), (3, 10), (9, 0, 17, 2)])
 @pytest.mark.parametrize("block_size", [None, 1, 3, 8])
 @pytest.mark.parametrize("steps", [None, 1, 4, 7, 100])
-def test_step_budget_is_split_over_blocks_exactly(n, block_size, steps):
+def test_step_budget_is_split_over_blocks_exactly(lengths, block_size, steps):
     from sharpen.core.sampler import _plan
 
-    plan = _plan(list(range(n)), SamplerSettings(block_size=block_size, steps=steps), "cpu")
-    assert [p for _, _, block in plan for p in block] == list(range(n))
+    spans, start = [], 5
+    for n in lengths:  # slot ranges with gaps between them, as on a canvas
+        spans.append(range(start, start + n))
+        start += n + 4
+    plan = _plan(spans, SamplerSettings(block_size=block_size, steps=steps), "cpu")
+    positions = [p for _, _, block in plan for p in block]
+    assert sorted(positions) == [p for r in spans for p in r]  # every slot once
+    assert all(block == sorted(block) for _, _, block in plan)
     assert all(1 <= budget <= len(block) for _, budget, block in plan)
-    expected = n if steps is None else min(n, max(steps, len(plan)))  # one step per block at least
+    total = sum(lengths)
+    expected = total if steps is None else min(total, max(steps, len(plan)))  # one step per block at least
     assert sum(budget for _, budget, _ in plan) == expected
+    if block_size:  # block k: the k-th run of block_size slots of every span (parallel edits)
+        for k, (_, _, block) in enumerate(plan):
+            assert block == [p for r in spans for p in r[k * block_size:(k + 1) * block_size]]
