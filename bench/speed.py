@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import gzip
 import json
 import math
@@ -166,23 +167,19 @@ def describe_settings(settings, per_step: int | None = None) -> str:
     return f"{settings.policy} / {schedule} / {settings.cache}{block}"
 
 
-_AR_MODELS: dict = {}
-
-
+@functools.cache
 def causal_twin(denoiser):
     """A causal LM of the same dimensions (transformers' LlamaForCausalLM, random weights: speed only)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    if id(denoiser) not in _AR_MODELS:
-        cfg = denoiser.model.cfg
-        config = LlamaConfig(
-            vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.ffn_hidden, num_hidden_layers=cfg.n_layers,
-            num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads, max_position_embeddings=cfg.max_seq_len,
-            rope_theta=cfg.rope_theta, tie_word_embeddings=cfg.tie_embeddings, pad_token_id=0, eos_token_id=None, bos_token_id=None,
-        )
-        torch.manual_seed(0)
-        _AR_MODELS[id(denoiser)] = LlamaForCausalLM(config).to(denoiser.device, denoiser.model.embed.weight.dtype).eval()
-    return _AR_MODELS[id(denoiser)]
+    cfg = denoiser.model.cfg
+    config = LlamaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.ffn_hidden, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads, max_position_embeddings=cfg.max_seq_len,
+        rope_theta=cfg.rope_theta, tie_word_embeddings=cfg.tie_embeddings, pad_token_id=0, eos_token_id=None, bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).to(denoiser.device, denoiser.model.embed.weight.dtype).eval()
 
 
 def run_ar_item(denoiser, item: Item, context: int) -> dict:

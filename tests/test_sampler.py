@@ -28,6 +28,21 @@ SETTINGS = [
 ]
 
 
+class Scripted:
+    """A stand-in denoiser whose logits a test writes (`scores`); the rest is the tiny model's."""
+
+    def __init__(self, inner):
+        self.spec, self.tokenizer, self.max_len, self.device = inner.spec, inner.tokenizer, inner.max_len, inner.device
+        self.banned_ids = inner.banned_ids
+
+    def scores(self, ids):  # [B, T] -> [B, T, V]
+        raise NotImplementedError
+
+    def logits(self, ids, want=None, run=None, cache=None):
+        out = self.scores(ids)
+        return out if want is None else out[:, want]
+
+
 def outside(text, spans):
     cuts = [0] + [p for s in spans for p in (s.start, s.end)] + [len(text)]
     return [text[a:b] for a, b in zip(cuts[::2], cuts[1::2])]
@@ -205,17 +220,13 @@ def test_mask_and_control_bytes_are_never_proposed(tiny_denoiser):
     nul = tok.encode("\x00")[0]
     letter = tok.encode("q")[0]
 
-    class Stubborn:
-        def __init__(self, inner):
-            self.spec, self.tokenizer, self.max_len, self.device = inner.spec, inner.tokenizer, inner.max_len, inner.device
-            self.banned_ids = inner.banned_ids
-
-        def logits(self, ids, want=None, run=None, cache=None):
+    class Stubborn(Scripted):
+        def scores(self, ids):
             out = torch.full((*ids.shape, tok.vocab_size), -5.0)
             out[..., spec.mask_id] = 9.0
             out[..., nul] = 8.0
             out[..., letter] = 1.0
-            return out if want is None else out[:, want]
+            return out
 
     assert spec.mask_id in tiny_denoiser.banned_ids.tolist() and nul in tiny_denoiser.banned_ids.tolist()
     result = apply_edit(Stubborn(tiny_denoiser), TEXT, [Span(4, 7, max_tokens=5)])
@@ -226,18 +237,14 @@ def test_a_committed_pad_ends_the_infill_span(tiny_denoiser):
     tok, spec = tiny_denoiser.tokenizer, tiny_denoiser.spec
     letter = tok.encode("q")[0]
 
-    class EarlyPad:
+    class EarlyPad(Scripted):
         """Sure of a pad at the third slot, lukewarm about 'q' everywhere else."""
 
-        def __init__(self, inner):
-            self.spec, self.tokenizer, self.max_len, self.device = inner.spec, inner.tokenizer, inner.max_len, inner.device
-            self.banned_ids = inner.banned_ids
-
-        def logits(self, ids, want=None, run=None, cache=None):
+        def scores(self, ids):
             out = torch.full((*ids.shape, tok.vocab_size), -5.0)
             out[..., letter] = 1.0
             out[:, first_slot + 2, spec.pad_id] = 20.0
-            return out if want is None else out[:, want]
+            return out
 
     text = "abc def ghi"
     span = Span(4, 7, max_tokens=8)
@@ -261,17 +268,13 @@ def test_infill_length_is_the_expected_length(tiny_denoiser):
     # slots, so the expected length is 8 - 3.0 = 5 slots.
     p_pad = [0.0, 0.3, 0.45, 0.45, 0.45, 0.45, 0.45, 0.45]
 
-    class Graded:
-        def __init__(self, inner):
-            self.spec, self.tokenizer, self.max_len, self.device = inner.spec, inner.tokenizer, inner.max_len, inner.device
-            self.banned_ids = inner.banned_ids
-
-        def logits(self, ids, want=None, run=None, cache=None):
+    class Graded(Scripted):
+        def scores(self, ids):
             out = torch.full((*ids.shape, tok.vocab_size), -1e4)
             for i, p in enumerate(p_pad):  # two-way split between pad and 'q' (a tiny floor keeps logs finite)
                 out[:, first_slot + i, spec.pad_id] = torch.tensor(max(p, 1e-6)).log()
                 out[:, first_slot + i, letter] = torch.tensor(max(1 - p, 1e-6)).log()
-            return out if want is None else out[:, want]
+            return out
 
     text = "abc def ghi"
     span = Span(4, 7, max_tokens=8)
@@ -290,16 +293,12 @@ def test_an_infill_is_never_empty_even_when_the_model_wants_pad_everywhere(tiny_
     tok, spec = tiny_denoiser.tokenizer, tiny_denoiser.spec
     letter = tok.encode("q")[0]
 
-    class PadLover:
-        def __init__(self, inner):
-            self.spec, self.tokenizer, self.max_len, self.device = inner.spec, inner.tokenizer, inner.max_len, inner.device
-            self.banned_ids = inner.banned_ids
-
-        def logits(self, ids, want=None, run=None, cache=None):
+    class PadLover(Scripted):
+        def scores(self, ids):
             out = torch.full((*ids.shape, tok.vocab_size), -5.0)
             out[..., letter] = 0.0
             out[..., spec.pad_id] = 10.0  # pad is by far the best guess at every slot
-            return out if want is None else out[:, want]
+            return out
 
     for settings in (SamplerSettings(), SamplerSettings(expected_length=False), SamplerSettings(cache="none", defer_end=False)):
         assert apply_edit(PadLover(tiny_denoiser), "abc def ghi", [Span(4, 7, max_tokens=8)], settings).spans[0].text == "q"

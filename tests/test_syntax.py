@@ -369,3 +369,15 @@ def test_json_edit_lists_take_syntax_forms_too():
     assert listed[1].mode == "rewrite" and listed[0].label == "body@4"
     with pytest.raises(SpanError, match="no body at line 1"):
         parse_edit_list('[{"range": "body@1"}]', FILE, path="fizz.py")
+
+
+def test_an_insertion_point_ladder_reaches_short_lines():
+    """Most lines that pass HumanEval's single-line tests are 4-8 tokens: an exact row needs a rung
+    that short. The default ladder starts at 4 and grows at most 1.5x per rung up to 64, and
+    `--candidates 9` gives the same ladder."""
+    from sharpen.core.candidates import DEFAULT_POINT_LENGTHS, plan_for_count
+
+    ladder = DEFAULT_POINT_LENGTHS
+    assert ladder[0] <= 4 and ladder[-1] == 64
+    assert all(b / a <= 1.5 for a, b in zip(ladder, ladder[1:]))
+    assert plan_for_count(9).point_lengths == ladder
