@@ -85,6 +85,9 @@ class Denoiser:
         else:
             if cache is None:
                 raise ValueError("a partial run needs a cache holding the rest of the canvas")
+            if run is want and not self.spec.shift_logits:  # the sampler's block step: rows are the run
+                hidden = self.model.hidden(x[:, run], run, cache)  # [B, S, dim]
+                return self.model.project(hidden)
             run = torch.unique(torch.cat([run, source]))  # sorted
             hidden = self.model.hidden(x[:, run], run, cache)  # [B, S, dim]
             rows = torch.searchsorted(run, source)

@@ -74,6 +74,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:  # one fused op: a CPU step over a few rows is bound by op count
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
         # Normalise in float32 for bf16 stability, as the reference implementations do.
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -81,17 +83,20 @@ class RMSNorm(nn.Module):
 
 
 def rotary_table(head_dim: int, max_len: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and *signed* sin tables [L, D]: the sin of the first half is negated, so that the
+    rotate-half convention's cat(-x2, x1) * sin becomes roll(x) * signed_sin (see apply_rotary)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
     angles = torch.outer(torch.arange(max_len, dtype=torch.float32, device=device), inv_freq)  # [L, D/2]
-    angles = torch.cat([angles, angles], dim=-1)  # [L, D]
-    return angles.cos(), angles.sin()
+    return torch.cat([angles, angles], dim=-1).cos(), torch.cat([-angles.sin(), angles.sin()], dim=-1)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x [B, H, S, D]; cos/sin [S, D]
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE: x * cos + cat(-x2, x1) * sin, computed as x * cos + roll(x) * signed_sin
+    (the same products, in three ops instead of ten). x [B, H, S, D]; tables [S, D]."""
+    rolled = x.roll(x.shape[-1] // 2, dims=-1)
+    if x.dtype == torch.float32:
+        return torch.addcmul(x * cos, rolled, signed_sin)
+    return torch.addcmul(x.float() * cos, rolled.float(), signed_sin).to(x.dtype)
 
 
 class KVCache:
@@ -134,8 +139,8 @@ class Attention(nn.Module):
             q, k, v = qk[:, :H], qk[:, H:], qkv[:, H + Hkv:]
         if layer_cache is not None:
             cache_k, cache_v = layer_cache
-            cache_k[:, :, positions] = k
-            cache_v[:, :, positions] = v
+            cache_k.index_copy_(2, positions, k)
+            cache_v.index_copy_(2, positions, v)
             k, v = cache_k, cache_v  # [B, Hkv, T, D]
         out = F.scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=Hkv != H)
         out = out.transpose(1, 2).reshape(B, S, -1)
@@ -207,6 +212,7 @@ class Transformer(nn.Module):
         if cfg.tie_embeddings:
             self.output.weight = self.embed.weight
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.packed_output: torch.Tensor | None = None  # [dim, V] inference layout, see pack
 
     def rope(self, device) -> tuple[torch.Tensor, torch.Tensor]:
         # Built lazily (not a buffer) so meta-device construction and state dicts stay clean.
@@ -219,7 +225,8 @@ class Transformer(nn.Module):
         """Switch to the inference layout (in place; for a loaded model on one device, not for training).
 
         Each block's q/k/v weights become one [dim, (H + 2Hkv) D] matrix and gate/up one
-        [dim, 2F] matrix, both stored input-major: a block runs 4 matmuls instead of 7, and
+        [dim, 2F] matrix, both stored input-major (so is an untied output head): a block runs
+        4 matmuls instead of 7, and
         `x @ W` with W [in, out] contiguous takes MKL's fast path for the few rows a cached
         step computes (F.linear on 8 rows was 3-5x slower on our 2-core CPU; see bench/speed.py).
         The original parameters stay as views into the packed tensors: no extra memory, and
@@ -236,6 +243,8 @@ class Transformer(nn.Module):
             qkv = _pack([attn.wq, attn.wk, attn.wv])
             attn.packed = PackedAttention(qkv, bias, _pack([attn.wo]))
             ffn.packed = PackedFeedForward(_pack([ffn.w1, ffn.w3]), _pack([ffn.w2]))
+        if not self.cfg.tie_embeddings:  # a tied matrix stays row-major for the embedding lookup
+            self.packed_output = _pack([self.output])
         return self
 
     def new_cache(self, batch: int, length: int) -> KVCache:
@@ -265,6 +274,8 @@ class Transformer(nn.Module):
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [B, S, dim] -> logits [B, S, V] float32."""
+        if self.packed_output is not None:
+            return (self.norm(hidden) @ self.packed_output).float()
         return self.output(self.norm(hidden)).float()
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
