@@ -5,7 +5,9 @@
 
 Rows: model, span length, method (policy / schedule / cache), tokens/s, steps, wall time,
 and quality on a held-out infill set (HumanEval-Infilling multi-line middles, never in the
-training corpus): token accuracy and exact match at the oracle length. All rows of one
+training corpus): token accuracy and exact match at the oracle length, whether the completed
+program still parses, and the share of tokens identical to exact decoding's (what the cache
+and parallel commits changed). All rows of one
 run are on the same machine, items and span lengths; the methods take turns item by item
 (each warmed up once first), so a slow spell of the machine costs every method alike.
 
@@ -98,9 +100,17 @@ def run_item(method: str, denoiser, item: Item, context: int, settings_cls, engi
         out = list(frames[-1].frame.final_ids[0][0])
         n = frames[-1].result.steps
     wall = time.perf_counter() - started
-    kept = [t for t in out if t not in (*spec.end_ids, spec.mask_id)]
+    written = tok.decode([t for t in out if t not in (*spec.end_ids, spec.mask_id)])
     return {"tokens": len(target), "steps": n, "wall": wall, "correct": sum(a == b for a, b in zip(out, target)),
-            "exact": tok.decode(kept).strip() == item.middle.strip()}
+            "exact": written.strip() == item.middle.strip(), "parses": parses(item.prefix + written + item.suffix), "ids": out}
+
+
+def parses(program: str) -> bool:
+    """The completed program parses (tree-sitter, no ERROR/MISSING node): the quality signal that
+    parallel commits lose first on a weak model, long before token accuracy or exact match move."""
+    from sharpen.core.syntax import error_count, parse_document
+
+    return error_count(parse_document(program, "python")) == 0
 
 
 def run_methods(methods: list[str], denoiser, items: list[Item], context: int, settings_cls, engine, canvas_mod) -> dict:
@@ -114,15 +124,22 @@ def run_methods(methods: list[str], denoiser, items: list[Item], context: int, s
 
     for method in methods:
         one(method, items[0])
-    totals = {m: {"tokens": 0, "steps": 0, "wall": 0.0, "correct": 0, "exact": 0} for m in methods}
+    totals = {m: {"tokens": 0, "steps": 0, "wall": 0.0, "correct": 0, "exact": 0, "parses": 0, "same": 0} for m in methods}
     for item in items:
-        for method in methods:
-            for key, value in one(method, item).items():
+        outputs = {method: one(method, item) for method in methods}
+        reference = outputs.get("exact", {}).get("ids")
+        for method, result in outputs.items():
+            ids = result.pop("ids", None)
+            if reference is not None and ids is not None:  # tokens identical to exact decoding's
+                result["same"] = sum(a == b for a, b in zip(ids, reference))
+            for key, value in result.items():
                 totals[method][key] += value
     for method, row in totals.items():
         quality = method != "ar"  # random weights: speed only
         row["acc"] = row["correct"] / max(row["tokens"], 1) if quality else None
         row["em"] = row["exact"] / len(items) if quality else None
+        row["parse"] = row["parses"] / len(items) if quality else None
+        row["agree"] = row["same"] / max(row["tokens"], 1) if quality and "exact" in totals else None
     return totals
 
 
@@ -191,7 +208,7 @@ def run_ar_item(denoiser, item: Item, context: int) -> dict:
     started = time.perf_counter()
     with torch.inference_mode():
         model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True)
-    return {"tokens": n, "steps": n, "wall": time.perf_counter() - started, "correct": 0, "exact": 0}
+    return {"tokens": n, "steps": n, "wall": time.perf_counter() - started, "correct": 0, "exact": 0, "parses": 0}
 
 
 def main() -> int:
@@ -221,7 +238,7 @@ def main() -> int:
     params = sum(p.numel() for p in denoiser.model.parameters()) / 1e6
     print(f"# {name}: {params:.1f}M params, dim {cfg.dim}, {cfg.n_layers} layers, vocab {cfg.vocab_size}, {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"# held-out set: {args.data.name}, oracle span length (every method fills every slot), context {args.context} tokens\n")
-    header = "| model | span len | method | policy / schedule / cache | tokens/s | steps | wall s | token acc | exact match |"
+    header = "| model | span len | method | policy / schedule / cache | tokens/s | steps | wall s | token acc | exact match | parses | same as exact |"
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     describe = {
@@ -244,15 +261,16 @@ def main() -> int:
             rate = row["tokens"] / row["wall"]
             described = describe.get(method) or describe_settings(method_settings(method, SamplerSettings), _per_step(method))
             summary[(hi, method)] = rate, row["em"]
-            acc = "n/a" if row["acc"] is None else f"{100 * row['acc']:.1f}%"
-            em = "n/a" if row["em"] is None else f"{100 * row['em']:.1f}%"
-            print(f"| {name} | {mean_len:.0f} (<= {hi}, n={len(items)}) | {method} | {described} | {rate:.1f} | {row['steps']} | {row['wall']:.2f} | {acc} | {em} |")
+            acc, em, parse, agree = ("n/a" if row[k] is None else f"{100 * row[k]:.1f}%" for k in ("acc", "em", "parse", "agree"))
+            print(f"| {name} | {mean_len:.0f} (<= {hi}, n={len(items)}) | {method} | {described} | {rate:.1f} | {row['steps']} | {row['wall']:.2f} | {acc} | {em} | {parse} | {agree} |")
             sys.stdout.flush()
     print()
     for hi in (int(v) for v in args.lengths.split(",")):
         if (hi, "default") in summary:
             d = summary[(hi, "default")][0]
             ratios = [f"vs {m}: {d / summary[(hi, m)][0]:.1f}x" for m in ("naive", "ar") if (hi, m) in summary]
+            em = summary[(hi, "default")][1]
+            ratios += [f"exact match {100 * (em - summary[(hi, m)][1]):+.1f} points vs {m}" for m in ("naive", "exact") if (hi, m) in summary]
             print(f"# span <= {hi}: default {d:.1f} tok/s, " + ", ".join(ratios))
     return 0
 

@@ -132,6 +132,7 @@ def main(argv=None) -> dict:
     p.add_argument("--methods", default=DEFAULT_METHODS, help=f"comma list of: {', '.join(METHODS)}")
     p.add_argument("--context", type=int, default=1024, help="context tokens around the span")
     p.add_argument("--steps", type=int, default=None, help="cap denoising steps per run (default: the app's, up to one per slot)")
+    p.add_argument("--threshold", type=float, default=SamplerSettings.threshold, help="parallel-commit confidence (default: the app's)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, default=None, help="also write per-item results here")
     args = p.parse_args(argv)
@@ -142,7 +143,7 @@ def main(argv=None) -> dict:
         p.error(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
     torch.set_num_threads(args.threads)
     denoiser = load_denoiser(args.model)
-    settings = SamplerSettings(steps=args.steps)  # else the app's defaults: greedy, confidence order, threshold commits, dual cache
+    settings = SamplerSettings(steps=args.steps, threshold=args.threshold)  # else the app's defaults: greedy, confidence order, threshold commits, dual cache
     kinds = args.tasks.split(",")
     limits = [int(v) for v in args.limit.split(",")]
     if len(limits) not in (1, len(kinds)):

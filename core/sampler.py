@@ -202,67 +202,70 @@ def denoise(
         for block_step in range(final_step + 1):
             if should_stop():
                 return
-            tokens = x[:, block]  # [B, P]
-            active = tokens == mask_id  # [B, P]
-            if not bool(active.any()):  # the one host sync per step
-                break
-            last = block_step == final_step
-            if use_cache and block_step == 0 and previous is not None and settings.refresh == "block":
-                # Cheap refresh (dKV-Cache's idea): the finished block's keys/values are the ones
-                # that went stale (mask -> tokens); recompute it with the new block, keep the rest.
-                run = torch.cat([previous, block]) if settings.cache == "dual" else torch.arange(previous_start, T, device=device)
-                logits = denoiser.logits(x, want=block, run=run, cache=cache)  # [B, P, V]
-            elif use_cache and block_step == 0:
-                # Refresh: the whole canvas once, keys/values kept; every slot's guess updated.
-                cache = denoiser.new_cache(B, T)
-                all_logits = denoiser.logits(x, want=slot_positions, cache=cache)  # [B, N, V]
-                _update_guesses(all_logits, x, slot_positions, guesses, confidence, mask_id)
-                logits = all_logits[:, _index_in(slot_positions, block)]  # [B, P, V]
-            elif use_cache:
-                run = block if settings.cache == "dual" else torch.arange(int(block[0]), T, device=device)
-                logits = denoiser.logits(x, want=block, run=run, cache=cache)  # [B, P, V]
-            else:
-                logits = denoiser.logits(x, want=block)  # [B, P, V]
+            # Inference mode for the step's bookkeeping too: on a CPU, where a step is some fifty
+            # small ops, skipping autograd's dispatch keys is a measurable share of it.
+            with torch.inference_mode():
+                tokens = x[:, block]  # [B, P]
+                active = tokens == mask_id  # [B, P]
+                if not bool(active.any()):  # the one host sync per step
+                    break
+                last = block_step == final_step
+                if use_cache and block_step == 0 and previous is not None and settings.refresh == "block":
+                    # Cheap refresh (dKV-Cache's idea): the finished block's keys/values are the ones
+                    # that went stale (mask -> tokens); recompute it with the new block, keep the rest.
+                    run = torch.cat([previous, block]) if settings.cache == "dual" else torch.arange(previous_start, T, device=device)
+                    logits = denoiser.logits(x, want=block, run=run, cache=cache)  # [B, P, V]
+                elif use_cache and block_step == 0:
+                    # Refresh: the whole canvas once, keys/values kept; every slot's guess updated.
+                    cache = denoiser.new_cache(B, T)
+                    all_logits = denoiser.logits(x, want=slot_positions, cache=cache)  # [B, N, V]
+                    _update_guesses(all_logits, x, slot_positions, guesses, confidence, mask_id)
+                    logits = all_logits[:, _index_in(slot_positions, block)]  # [B, P, V]
+                elif use_cache:
+                    run = block if settings.cache == "dual" else torch.arange(int(block[0]), T, device=device)
+                    logits = denoiser.logits(x, want=block, run=run, cache=cache)  # [B, P, V]
+                else:
+                    logits = denoiser.logits(x, want=block)  # [B, P, V]
 
-            V = logits.shape[-1]
-            logits = logits.index_fill(-1, banned, float("-inf"))  # never propose the mask, control bytes, stray specials
-            if opening_rows is not None:  # never pad/eos in an infill's first slot: never an empty infill
-                logits[:, opening_rows, end_ids] = float("-inf")
-            proposal, p_token, ranking = kernels.propose_and_score(
-                logits.reshape(-1, V), settings.temperature, settings.top_k, settings.top_p, settings.policy, generator, impl
-            )
-            proposal, p_token, ranking = (t.view(B, -1) for t in (proposal, p_token, ranking))  # [B, P]
-            remaining = active.sum(1)  # [B]
-            steps_left = max(1, block_steps - block_step)
-            quota = remaining if last else (remaining + steps_left - 1) // steps_left  # [B]
-            sure = (p_token >= settings.threshold) & active  # [B, P]
-            if settings.defer_end and end_ids.numel():
-                # Content before pad: a model sure of the pad at the far end would otherwise
-                # close the span from the right before writing anything (the "EOS trap").
-                is_end = torch.isin(proposal, end_ids) & active
-                ranking = torch.where(is_end, ranking - 1e3, ranking)
-                only_end = ~(active & ~is_end).any(1)  # [B] nothing but pad proposed: close it
-                sure = sure & ~is_end
-                quota = torch.where(only_end, remaining, quota)
-            if settings.schedule == "threshold":
-                quota = torch.maximum(quota, sure.sum(1))
-            commit = kernels.select_commits(ranking, active, quota, impl)  # [B, P]
+                V = logits.shape[-1]
+                logits = logits.index_fill(-1, banned, float("-inf"))  # never propose the mask, control bytes, stray specials
+                if opening_rows is not None:  # never pad/eos in an infill's first slot: never an empty infill
+                    logits[:, opening_rows, end_ids] = float("-inf")
+                proposal, p_token, ranking = kernels.propose_and_score(
+                    logits.reshape(-1, V), settings.temperature, settings.top_k, settings.top_p, settings.policy, generator, impl
+                )
+                proposal, p_token, ranking = (t.view(B, -1) for t in (proposal, p_token, ranking))  # [B, P]
+                remaining = active.sum(1)  # [B]
+                steps_left = max(1, block_steps - block_step)
+                quota = remaining if last else (remaining + steps_left - 1) // steps_left  # [B]
+                sure = (p_token >= settings.threshold) & active  # [B, P]
+                if settings.defer_end and end_ids.numel():
+                    # Content before pad: a model sure of the pad at the far end would otherwise
+                    # close the span from the right before writing anything (the "EOS trap").
+                    is_end = torch.isin(proposal, end_ids) & active
+                    ranking = torch.where(is_end, ranking - 1e3, ranking)
+                    only_end = ~(active & ~is_end).any(1)  # [B] nothing but pad proposed: close it
+                    sure = sure & ~is_end
+                    quota = torch.where(only_end, remaining, quota)
+                if settings.schedule == "threshold":
+                    quota = torch.maximum(quota, sure.sum(1))
+                commit = kernels.select_commits(ranking, active, quota, impl)  # [B, P]
 
-            if settings.remask_below and not last:
-                # Committed earlier, improbable under the fuller context now: back to mask.
-                p_now = logits.softmax(-1).gather(-1, tokens[..., None]).squeeze(-1)  # [B, P]
-                weak = generated & (p_now < settings.remask_below)
-                tokens = torch.where(weak, torch.full_like(tokens, mask_id), tokens)
-                generated &= ~weak
-            tokens = torch.where(commit, proposal, tokens)
-            generated |= commit
-            still = tokens == mask_id
-            x[:, block] = tokens
-            guesses[:, block] = torch.where(still, proposal, tokens)
-            block_conf = confidence[:, block]
-            confidence[:, block] = torch.where(commit | (still & active), p_token, block_conf)
-            if settings.pad_ends_span and end_ids.numel():
-                _pad_after_end(x, infill_slots, end_ids, mask_id, denoised, guesses)
+                if settings.remask_below and not last:
+                    # Committed earlier, improbable under the fuller context now: back to mask.
+                    p_now = logits.softmax(-1).gather(-1, tokens[..., None]).squeeze(-1)  # [B, P]
+                    weak = generated & (p_now < settings.remask_below)
+                    tokens = torch.where(weak, torch.full_like(tokens, mask_id), tokens)
+                    generated &= ~weak
+                tokens = torch.where(commit, proposal, tokens)
+                generated |= commit
+                still = tokens == mask_id
+                x[:, block] = tokens
+                guesses[:, block] = torch.where(still, proposal, tokens)
+                block_conf = confidence[:, block]
+                confidence[:, block] = torch.where(commit | (still & active), p_token, block_conf)
+                if settings.pad_ends_span and end_ids.numel():
+                    _pad_after_end(x, infill_slots, end_ids, mask_id, denoised, guesses)
             step += 1
             yield frame(step, total)
         previous, previous_start = block, block_host[0]

@@ -33,8 +33,9 @@ def test_every_method_decodes_every_slot_and_rows_add_up(tiny_denoiser):
         if method == "ar":
             assert row["acc"] is None and row["steps"] == tokens
         else:
-            assert 0.0 <= row["acc"] <= 1.0 and 0.0 <= row["em"] <= 1.0
+            assert 0.0 <= row["acc"] <= 1.0 and 0.0 <= row["em"] <= 1.0 and 0.0 <= row["parse"] <= 1.0
     assert rows["naive"]["steps"] == rows["exact"]["steps"] == tokens  # one commit per step
+    assert rows["exact"]["agree"] == 1.0 and 0.0 <= rows["default"]["agree"] <= 1.0 and rows["ar"]["agree"] is None
     assert rows["default@per_step=2"]["steps"] <= (tokens + len(ITEMS)) // 2 + len(ITEMS)
 
 
@@ -44,3 +45,8 @@ def test_method_settings_parse_changes_and_reject_unknown_fields():
     assert speed.method_settings("exact", SamplerSettings).cache == "none"
     with pytest.raises(KeyError):
         speed.method_settings("default@no_such_field=1", SamplerSettings)
+
+
+def test_parse_check_tells_broken_programs_apart():
+    assert speed.parses("def f():\n    return 1\n")
+    assert not speed.parses("def f(:\n    return return\n")
