@@ -186,10 +186,14 @@ def describe_settings(settings, per_step: int | None = None) -> str:
 
 @functools.cache
 def causal_twin(denoiser):
+    """The causal twin of `denoiser`, built once per run."""
+    return build_causal_lm(denoiser.model.cfg, denoiser.device, denoiser.model.embed.weight.dtype)
+
+
+def build_causal_lm(cfg, device, dtype):
     """A causal LM of the same dimensions (transformers' LlamaForCausalLM, random weights: speed only)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = denoiser.model.cfg
     config = LlamaConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.ffn_hidden, num_hidden_layers=cfg.n_layers,
         num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
@@ -197,7 +201,8 @@ def causal_twin(denoiser):
         rope_theta=cfg.rope_theta, tie_word_embeddings=cfg.tie_embeddings, pad_token_id=0, eos_token_id=None, bos_token_id=None,
     )
     torch.manual_seed(0)
-    return LlamaForCausalLM(config).to(denoiser.device, denoiser.model.embed.weight.dtype).eval()
+    with torch.device(device):  # built where it runs: an 8B twin never passes through host memory
+        return LlamaForCausalLM(config).to(dtype).eval()
 
 
 def run_ar_item(denoiser, item: Item, context: int) -> dict:

@@ -1,20 +1,28 @@
 """Throughput of the denoising loop on real model shapes with random weights (GPU work).
 
-    python bench/synthetic.py --device cuda --shapes llada-8b,qwen2-0.5b
-    python bench/synthetic.py --device cpu --shapes tiny          # a smoke run anywhere
+    python bench/synthetic.py --device cuda --shapes llada-8b,qwen2-0.5b --compile reduce-overhead
+    python bench/synthetic.py --device cpu --shapes tiny --span 64 --context 128   # a smoke run anywhere
 
-Random weights never clear a confidence threshold, so these rows use fixed
-tokens-per-step schedules (stated in the table): they measure the engine's cost per
-step and per token at each shape, not model quality. Same canvas per row: a context of
---context random tokens around one span of --span mask slots, batch 1.
+Random weights never clear a confidence threshold, so the cached rows use fixed
+tokens-per-step schedules (stated in the table): they measure the engine's cost per step
+and per token at each shape, not model quality. Each shape is compared in one run with
+the naive loop (LLaDA's: full forward and full-vocabulary logits every step, one token
+per step) and with autoregressive decoding of a causal transformer of the same dimensions
+(transformers' `generate` with its KV cache). Same canvas for every row: a context of
+--context random tokens around one span of --span mask slots, batch 1. The model is in
+the packed inference layout that loaded checkpoints use.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from speed import build_causal_lm, naive_loop  # noqa: E402
 
 SHAPES = {
     # LLaDA-8B: OLMo-style dims from its config.json.
@@ -31,16 +39,18 @@ def build(shape: str, device: str, dtype: torch.dtype):
     from sharpen.core.tokenizer import train_byte_bpe
 
     cfg = ModelConfig(**SHAPES[shape])
+    torch.manual_seed(0)
     with torch.device(device):
         model = Transformer(cfg).to(dtype)
+    with torch.no_grad():
+        model.pack()  # the layout load_denoiser gives a checkpoint on one device
     spec = ModelSpec(family=shape, mask_id=cfg.vocab_size - 1, pad_id=None, eos_id=None, name=f"{shape} (random)")
     tokenizer = train_byte_bpe(["unused: the canvas ids are synthetic"], 300)  # the loop never decodes here
     return Denoiser(model, tokenizer, spec)
 
 
-def run(denoiser, context: int, span: int, settings, repeats: int) -> tuple[float, int]:
+def make_canvas(denoiser, context: int, span: int):
     from sharpen.core.canvas import Canvas
-    from sharpen.core.sampler import denoise
     from sharpen.core.spans import Span
 
     g = torch.Generator().manual_seed(0)
@@ -48,21 +58,78 @@ def run(denoiser, context: int, span: int, settings, repeats: int) -> tuple[floa
     before = torch.randint(0, mask, (context // 2,), generator=g).tolist()
     after = torch.randint(0, mask, (context - context // 2,), generator=g).tolist()
     ids = tuple(before + [mask] * span + after)
-    canvas = Canvas(ids, (range(len(before), len(before) + span),), (Span(0, 0, max_tokens=span),), (0, 0), mask)
+    return Canvas(ids, (range(len(before), len(before) + span),), (Span(0, 0, max_tokens=span),), (0, 0), mask)
+
+
+def timed(fn, device: torch.device, repeats: int) -> tuple[float, int]:
+    """Best wall time of `repeats` runs after one warm-up run (allocations, autotuning, graphs); fn returns its steps."""
     best, steps = float("inf"), 0
-    for _ in range(repeats + 1):  # the first run warms up (allocations, autotuning)
-        if denoiser.device.type == "cuda":
+    for _ in range(repeats + 1):
+        if device.type == "cuda":
             torch.cuda.synchronize()
         started = time.perf_counter()
-        for frame in denoise(denoiser, canvas, settings):
-            pass
-        if denoiser.device.type == "cuda":
+        steps = fn()
+        if device.type == "cuda":
             torch.cuda.synchronize()
-        best, steps = min(best, time.perf_counter() - started), frame.step
+        best = min(best, time.perf_counter() - started)
     return best, steps
 
 
-def main() -> int:
+def run_sampler(denoiser, canvas, settings) -> int:
+    from sharpen.core.sampler import denoise
+
+    frame = None
+    for frame in denoise(denoiser, canvas, settings):
+        pass
+    return frame.step
+
+
+def run_naive(denoiser, canvas) -> int:
+    with torch.inference_mode():
+        return naive_loop(denoiser, torch.tensor(canvas.ids, device=denoiser.device), canvas.slots[0])[1]
+
+
+def run_ar(twin, context: int, span: int, device) -> int:
+    prompt = torch.randint(0, twin.config.vocab_size - 1, (1, max(context, 1)), generator=torch.Generator().manual_seed(0)).to(device)
+    with torch.inference_mode():
+        twin.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=span, min_new_tokens=span, do_sample=False, use_cache=True)
+    return span
+
+
+def rows_for_shape(shape: str, args, dtype) -> list[dict]:
+    """Every method on one shape: naive, then each fixed schedule with and without the cache, then ar."""
+    from sharpen.core.sampler import SamplerSettings
+
+    denoiser = build(shape, args.device, dtype)
+    denoiser.compile(args.compile)
+    canvas = make_canvas(denoiser, args.context, args.span)
+    device = denoiser.device
+    rows = []
+
+    def add(method: str, per_step, cache: str, block, wall: float, steps: int) -> None:
+        rows.append({"shape": shape, "method": method, "per_step": per_step, "cache": cache, "block": block,
+                     "rate": args.span / wall, "steps": steps, "wall": wall})
+
+    if args.naive:
+        add("naive", 1, "none (full logits)", None, *timed(lambda: run_naive(denoiser, canvas), device, args.repeats))
+    for per_step in (int(v) for v in args.per_step.split(",")):
+        for cache, block in (("none", None), ("dual", args.block_size)):
+            settings = SamplerSettings(schedule="fixed", steps=max(1, args.span // per_step), cache=cache, block_size=block)
+            add("sharpen", per_step, cache, block, *timed(lambda: run_sampler(denoiser, canvas, settings), device, args.repeats))
+    model_config = denoiser.model.cfg
+    del denoiser, canvas
+    if args.ar:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        twin = build_causal_lm(model_config, device, dtype)
+        add("ar", 1, "KV cache (generate)", None, *timed(lambda: run_ar(twin, args.context, args.span, device), device, args.repeats))
+        del twin
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--shapes", default="llada-8b,qwen2-0.5b")
@@ -72,28 +139,26 @@ def main() -> int:
     parser.add_argument("--block-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--compile", default="off", help="torch.compile mode for the backbone: off, default, reduce-overhead (CUDA graphs), max-autotune")
-    args = parser.parse_args()
-
-    from sharpen.core.sampler import SamplerSettings
+    parser.add_argument("--no-naive", dest="naive", action="store_false", help="skip the naive loop (slow on big shapes)")
+    parser.add_argument("--no-ar", dest="ar", action="store_false", help="skip autoregressive decoding")
+    args = parser.parse_args(argv)
 
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     print(f"# synthetic shapes, random weights, batch 1, context {args.context}, span {args.span}, {args.device}, {dtype}, torch {torch.__version__}, compile {args.compile}")
     if args.device.startswith("cuda"):
         print(f"# {torch.cuda.get_device_name()}")
-    print("\n| model | span len | tokens/step (fixed) | cache | block | tokens/s | steps | wall s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| model | span len | method | tokens/step (fixed) | cache | block | tokens/s | steps | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for shape in args.shapes.split(","):
-        denoiser = build(shape, args.device, dtype)
-        denoiser.compile(args.compile)
-        for per_step in (int(v) for v in args.per_step.split(",")):
-            for cache, block in (("none", None), ("dual", args.block_size)):
-                settings = SamplerSettings(schedule="fixed", steps=max(1, args.span // per_step), cache=cache, block_size=block)
-                wall, steps = run(denoiser, args.context, args.span, settings, args.repeats)
-                print(f"| {shape} | {args.span} | {per_step} | {cache} | {block or '-'} | {args.span / wall:.1f} | {steps} | {wall:.3f} |")
-                sys.stdout.flush()
-        del denoiser
-        if args.device.startswith("cuda"):
-            torch.cuda.empty_cache()
+        rows = rows_for_shape(shape, args, dtype)
+        for r in rows:
+            print(f"| {shape} | {args.span} | {r['method']} | {r['per_step']} | {r['cache']} | {r['block'] or '-'} | {r['rate']:.1f} | {r['steps']} | {r['wall']:.3f} |")
+        rate = {(r["method"], r["per_step"], r["cache"]): r["rate"] for r in rows}
+        for (method, per_step, cache), value in rate.items():
+            if method == "sharpen" and cache == "dual":
+                ratios = [f"vs {m}: {value / rate[(m, 1, c)]:.1f}x" for m, c in (("naive", "none (full logits)"), ("ar", "KV cache (generate)")) if (m, 1, c) in rate]
+                print(f"# {shape}, dual cache, {per_step} per step: {value:.1f} tok/s" + (", " + ", ".join(ratios) if ratios else ""))
+        sys.stdout.flush()
     return 0
 
 

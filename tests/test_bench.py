@@ -50,3 +50,15 @@ def test_method_settings_parse_changes_and_reject_unknown_fields():
 def test_parse_check_tells_broken_programs_apart():
     assert speed.parses("def f():\n    return 1\n")
     assert not speed.parses("def f(:\n    return return\n")
+
+
+def test_synthetic_bench_compares_naive_schedules_and_ar(capsys):
+    import synthetic
+
+    assert synthetic.main(["--device", "cpu", "--shapes", "tiny", "--span", "16", "--context", "16", "--per-step", "1,4", "--repeats", "0"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| tiny |")]
+    assert [r.split(" | ")[2] for r in rows] == ["naive", "sharpen", "sharpen", "sharpen", "sharpen", "ar"]
+    steps = [int(r.split(" | ")[7]) for r in rows]
+    assert steps == [16, 16, 16, 4, 4, 16]  # one token per step, then four
+    assert "# tiny, dual cache, 4 per step:" in out and "vs naive" in out and "vs ar" in out
