@@ -19,7 +19,7 @@ from . import families
 from .denoiser import Denoiser, ModelSpec
 from .errors import ModelError
 from .families.hf import TOKENIZER_CONFIG_KEY, read_tokenizer_config
-from .model import ModelConfig, Transformer
+from .model import ModelConfig, Transformer, on_meta_device
 from .tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ def load_denoiser(
 
     torch_device = torch.device(device)
     dtype = dtype or default_dtype(torch_device)
-    with torch.device("meta"):
+    with on_meta_device():
         model = Transformer(cfg)
     files = weight_files(path)
     if device_map is not None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import ModelError, UsageError
-from .model import KVCache, ModelConfig, Transformer
+from .model import KVCache, ModelConfig, Transformer, on_meta_device
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def plan(cfg: ModelConfig, dtype: torch.dtype, max_memory: dict[int | str, int] 
     from accelerate import infer_auto_device_map
     from accelerate.utils import compute_module_sizes
 
-    with torch.device("meta"):
+    with on_meta_device():
         model = Transformer(cfg)
     max_memory = dict(max_memory) if max_memory is not None else available_memory()
     device_map = infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=NO_SPLIT, dtype=dtype)
@@ -172,7 +172,7 @@ def fits_one_device(cfg: ModelConfig, dtype: torch.dtype, free_bytes: int, headr
     """Whether the weights (plus a share for activations and caches) fit in `free_bytes`."""
     from accelerate.utils import compute_module_sizes
 
-    with torch.device("meta"):
+    with on_meta_device():
         model = Transformer(cfg)
     return compute_module_sizes(model, dtype=dtype)[""] * headroom <= free_bytes
 

@@ -130,3 +130,37 @@ def test_weights_move_to_the_target_one_tensor_at_a_time(tiny_model_dir, monkeyp
     den = load_denoiser(tiny_model_dir, dtype=torch.bfloat16)
     assert den.model.embed.weight.dtype == torch.bfloat16
     assert len(read) > 3 and set(alive_at_read) == {0}  # each raw tensor was gone before the next was read
+
+
+def test_loading_skips_weight_init_and_never_imports_dynamo(tiny_model_dir):
+    # Meta-device weight init imports torch._dynamo (2.5 s of a headless edit); the loader
+    # builds without it, and a fresh process that only loads and denoises never pays for it.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from sharpen.core.loading import load_denoiser\n"
+        "from sharpen.core.engine import apply_edit\n"
+        "from sharpen.core.spans import Span\n"
+        f"den = load_denoiser({str(tiny_model_dir)!r})\n"
+        "apply_edit(den, 'def f():\\n    return 1\\n', [Span(13, 21, max_tokens=4)])\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_on_meta_device_restores_weight_init_even_after_an_error():
+    from torch import nn
+
+    from sharpen.core.model import on_meta_device
+
+    before = nn.Linear.reset_parameters, nn.Embedding.reset_parameters
+    with pytest.raises(RuntimeError):
+        with on_meta_device():
+            assert nn.Linear(4, 4).weight.is_meta
+            raise RuntimeError("boom")
+    assert (nn.Linear.reset_parameters, nn.Embedding.reset_parameters) == before
+    layer = nn.Linear(4, 4)
+    assert not layer.weight.is_meta and layer.weight.abs().sum() > 0  # initialised again
