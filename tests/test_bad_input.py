@@ -386,11 +386,11 @@ def test_sigint_to_a_real_process_leaves_the_file(tmp_path, tiny_model_dir):
     path.write_bytes(ORIGINAL * 20)
     proc = subprocess.Popen(
         [sys.executable, "-m", "sharpen.app.cli", str(path), "--apply-edit", "1:1-1:1", "--max-tokens", "400",
-         "--schedule", "fixed", "--cache", "none", "--block-size", "0", "--in-place", "--model", str(tiny_model_dir)],
+         "--schedule", "fixed", "--cache", "none", "--block-size", "0", "--samples", "16", "--in-place", "--model", str(tiny_model_dir)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     try:
-        proc.wait(timeout=5)  # it should still be running: torch import, load, 400 steps
+        proc.wait(timeout=5)  # it should still be running: torch import, load, 16 samples x 400 steps (~25 s)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)

@@ -164,9 +164,9 @@ def test_sigterm_during_in_place_leaves_the_file_and_exits_130(tmp_path, tiny_mo
     original = EXAMPLE.read_bytes() * 3
     path.write_bytes(original)
     cmd = [sys.executable, "-m", "sharpen.app.cli", str(path), "--apply-edit", "1:1-1:1", "--max-tokens", "400",
-           "--schedule", "fixed", "--cache", "none", "--block-size", "0", "--in-place", "--model", str(tiny_model_dir)]
+           "--schedule", "fixed", "--cache", "none", "--block-size", "0", "--samples", "16", "--in-place", "--model", str(tiny_model_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(4)  # torch import and model load, then the loop is running
+    time.sleep(4)  # torch import and model load (~2.5 s), then the loop is running (16 samples x 400 steps: ~20 s)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
