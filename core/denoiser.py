@@ -70,11 +70,12 @@ class Denoiser:
         """Logits for canvas positions `want` (default all): x [B, T] -> [B, W, V] float32.
 
         Row j scores the token at position want[j]. `run` (sorted positions) recomputes only
-        those positions against `cache` (which holds the rest of the canvas); without `run`
-        the whole canvas is computed, and written into `cache` when one is given. For
-        shifted families the backbone's row p-1 predicts position p (row 0 keeps its own),
-        so the rows before `want` are computed too. Only the wanted rows are projected to
-        the vocabulary, which is most of the cost for large vocabularies.
+        those positions against `cache` (which holds the rest of the canvas); it must hold
+        every row that scores `want` (`source_positions`: want itself, or for shifted families,
+        where the backbone's row p-1 predicts position p, the positions before it). Without
+        `run` the whole canvas is computed, and written into `cache` when one is given. Only
+        the wanted rows are projected to the vocabulary, which is most of the cost for large
+        vocabularies.
         """
         T = x.shape[1]
         want = torch.arange(T, device=x.device) if want is None else want
@@ -85,13 +86,13 @@ class Denoiser:
         else:
             if cache is None:
                 raise ValueError("a partial run needs a cache holding the rest of the canvas")
-            if run is want and not self.spec.shift_logits:  # the sampler's block step: rows are the run
-                hidden = self.model.hidden(x[:, run], run, cache)  # [B, S, dim]
-                return self.model.project(hidden)
-            run = torch.unique(torch.cat([run, source]))  # sorted
             hidden = self.model.hidden(x[:, run], run, cache)  # [B, S, dim]
-            rows = torch.searchsorted(run, source)
+            rows = torch.searchsorted(run, source)  # no host read: the caller sized `run`
         return self.model.project(hidden[:, rows])  # [B, W, V]
+
+    def source_positions(self, want: list[int]) -> list[int]:
+        """The canvas rows whose hidden states score positions `want` (see `logits`)."""
+        return [max(p - 1, 0) for p in want] if self.spec.shift_logits else list(want)
 
     def new_cache(self, batch: int, length: int) -> KVCache:
         return self.model.new_cache(batch, length)

@@ -193,8 +193,10 @@ def denoise(
     yield frame(0, total)
 
     step = 0
-    cache = previous = None
+    cache = previous_host = None
     for block, block_steps, block_host in plan:
+        if use_cache:  # what each step of this block recomputes, decided on the host once per block
+            step_run, refresh_run = _runs(denoiser, settings, block_host, previous_host, T, device)
         opening_rows = [i for i, pos in enumerate(block_host) if pos in span_openings]
         opening_rows = torch.tensor(opening_rows, device=device)[:, None] if opening_rows else None  # [F, 1]
         final_step = 2 * block_steps - 1 if settings.remask_below else block_steps - 1
@@ -210,11 +212,10 @@ def denoise(
                 if not bool(active.any()):  # the one host sync per step
                     break
                 last = block_step == final_step
-                if use_cache and block_step == 0 and previous is not None and settings.refresh == "block":
+                if use_cache and block_step == 0 and refresh_run is not None:
                     # Cheap refresh (dKV-Cache's idea): the finished block's keys/values are the ones
                     # that went stale (mask -> tokens); recompute it with the new block, keep the rest.
-                    run = torch.cat([previous, block]) if settings.cache == "dual" else torch.arange(previous_start, T, device=device)
-                    logits = denoiser.logits(x, want=block, run=run, cache=cache)  # [B, P, V]
+                    logits = denoiser.logits(x, want=block, run=refresh_run, cache=cache)  # [B, P, V]
                 elif use_cache and block_step == 0:
                     # Refresh: the whole canvas once, keys/values kept; every slot's guess updated.
                     cache = denoiser.new_cache(B, T)
@@ -222,8 +223,7 @@ def denoise(
                     _update_guesses(all_logits, x, slot_positions, guesses, confidence, mask_id)
                     logits = all_logits[:, _index_in(slot_positions, block)]  # [B, P, V]
                 elif use_cache:
-                    run = block if settings.cache == "dual" else torch.arange(int(block[0]), T, device=device)
-                    logits = denoiser.logits(x, want=block, run=run, cache=cache)  # [B, P, V]
+                    logits = denoiser.logits(x, want=block, run=step_run, cache=cache)  # [B, P, V]
                 else:
                     logits = denoiser.logits(x, want=block)  # [B, P, V]
 
@@ -268,8 +268,29 @@ def denoise(
                     _pad_after_end(x, infill_slots, end_ids, mask_id, denoised, guesses)
             step += 1
             yield frame(step, total)
-        previous, previous_start = block, block_host[0]
+        previous_host = block_host
     yield frame(step, total, done=True)
+
+
+def _runs(denoiser, settings: SamplerSettings, block: list[int], previous: list[int] | None, T: int, device):
+    """(positions a block step recomputes, positions the block's first step recomputes when the
+    cache is refreshed block-wise, else None), sorted, as device tensors.
+
+    Built from host lists once per block, so no step reads a device tensor to find them (on a
+    GPU such a read stalls the launch queue). Each run holds every row that scores the block
+    (the block itself, or the positions before it for shifted families).
+    """
+    rows = sorted(set(block) | set(getattr(denoiser, "source_positions", lambda want: want)(block)))
+    if settings.cache == "dual":  # only the block; the rest of the canvas comes from the cache
+        step = rows
+        refresh = sorted(set(previous) | set(rows)) if previous else None
+    else:  # prefix: the block and everything after it
+        step = list(range(rows[0], T))
+        refresh = list(range(min(previous[0], rows[0]), T)) if previous else None
+    if settings.refresh != "block":
+        refresh = None  # the whole canvas is recomputed at each new block instead
+    as_tensor = lambda positions: torch.tensor(positions, dtype=torch.long, device=device)  # noqa: E731
+    return as_tensor(step), (as_tensor(refresh) if refresh is not None else None)
 
 
 def _pad_after_end(x, spans: list[range], end_ids, mask_id: int, denoised, guesses) -> None:
