@@ -38,6 +38,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # train/ is a folder of the repo, not an installed package
+sys.path.insert(0, str(ROOT / "bench"))
 
 from sharpen.core.candidates import CandidatePlan  # noqa: E402
 from sharpen.core.canvas import DEFAULT_POINT_INFILL  # noqa: E402
@@ -45,7 +46,7 @@ from sharpen.core.engine import apply_edit  # noqa: E402
 from sharpen.core.loading import load_denoiser  # noqa: E402
 from sharpen.core.sampler import SamplerSettings  # noqa: E402
 from sharpen.core.spans import Span  # noqa: E402
-from sharpen.core.syntax import error_count, parse_document  # noqa: E402
+from speed import parses  # noqa: E402
 from train.evaluate import evenly, load_humaneval, passes  # noqa: E402
 
 log = logging.getLogger("syntax_eval")
@@ -81,10 +82,6 @@ def complete(denoiser, problem: dict, method: str, settings: SamplerSettings, co
     return result.spans[0].text
 
 
-def parses(problem: dict, completion: str) -> bool:
-    return error_count(parse_document(problem["prompt"] + completion + problem["suffix"], "python")) == 0
-
-
 def run_task(denoiser, kind: str, methods: list[str], limit: int | None, settings: SamplerSettings, context: int) -> dict:
     problems = evenly(load_humaneval(kind), limit)
     out = {m: {"pass": 0, "parse": 0, "seconds": 0.0, "items": []} for m in methods}
@@ -100,7 +97,7 @@ def run_task(denoiser, kind: str, methods: list[str], limit: int | None, setting
                 tested[completion] = passes(problem, completion)
             ok = tested[completion]
             out[method]["pass"] += ok
-            out[method]["parse"] += parses(problem, completion)
+            out[method]["parse"] += parses(problem["prompt"] + completion + problem["suffix"])
             out[method]["items"].append({"task_id": problem["task_id"], "completion": completion, "passed": ok})
         if (i + 1) % 5 == 0 or i + 1 == len(problems):
             log.info("%s %d/%d %.0fs %s", kind, i + 1, len(problems), time.perf_counter() - started,

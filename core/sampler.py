@@ -280,7 +280,7 @@ def _runs(denoiser, settings: SamplerSettings, block: list[int], previous: list[
     GPU such a read stalls the launch queue). Each run holds every row that scores the block
     (the block itself, or the positions before it for shifted families).
     """
-    rows = sorted(set(block) | set(getattr(denoiser, "source_positions", lambda want: want)(block)))
+    rows = sorted(set(block) | set(denoiser.source_positions(block)))
     if settings.cache == "dual":  # only the block; the rest of the canvas comes from the cache
         step = rows
         refresh = sorted(set(previous) | set(rows)) if previous else None
