@@ -228,7 +228,7 @@ def run_ar_item(denoiser, item: Item, context: int, loop: bool = False) -> dict:
     return {"tokens": n, "steps": n, "wall": time.perf_counter() - started, "correct": 0, "exact": 0, "parses": 0}
 
 
-def main() -> int:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="checkpoint dir (default: the embedded model)")
     parser.add_argument("--device", default="cpu")
@@ -238,7 +238,9 @@ def main() -> int:
     parser.add_argument("--context", type=int, default=512, help="context tokens around the span")
     parser.add_argument("--methods", default="naive,exact,default,ar", help="also default@FIELD=VALUE/...: the default with changed settings, e.g. default@threshold=0.7/block_size=16")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if not args.data.is_file():
+        parser.error(f"held-out data not found: {args.data} (the shared HumanEval-Infilling files beside the checkout; or --data FILE)")
     if args.threads:
         torch.set_num_threads(args.threads)
 

@@ -47,7 +47,7 @@ from sharpen.core.loading import load_denoiser  # noqa: E402
 from sharpen.core.sampler import SamplerSettings  # noqa: E402
 from sharpen.core.spans import Span  # noqa: E402
 from speed import parses  # noqa: E402
-from train.evaluate import evenly, load_humaneval, passes  # noqa: E402
+from train.evaluate import HUMANEVAL_DIR, evenly, load_humaneval, passes  # noqa: E402
 
 log = logging.getLogger("syntax_eval")
 
@@ -133,6 +133,8 @@ def main(argv=None) -> dict:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, default=None, help="also write per-item results here")
     args = p.parse_args(argv)
+    if not HUMANEVAL_DIR.is_dir():
+        p.error(f"HumanEval-Infilling data not found: {HUMANEVAL_DIR} (the shared folder beside the checkout)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
     methods = args.methods.split(",")
     unknown = [m for m in methods if m not in METHODS]

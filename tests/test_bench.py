@@ -62,3 +62,10 @@ def test_synthetic_bench_compares_naive_schedules_and_ar(capsys):
     steps = [int(r.split(" | ")[7]) for r in rows]
     assert steps == [16, 16, 16, 4, 4, 16]  # one token per step, then four
     assert "# tiny, dual cache, 4 per step:" in out and "vs naive" in out and "vs ar" in out
+
+
+def test_missing_held_out_data_is_one_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        speed.main(["--data", str(tmp_path / "missing.jsonl.gz"), "--limit", "1"])
+    assert stop.value.code == 2
+    assert "held-out data not found" in capsys.readouterr().err

@@ -87,3 +87,17 @@ def test_syntax_eval_table_per_task_limits(tiny_model_dir, capsys):
     assert [results[k]["fixed"]["n"] for k in ("single", "multi")] == [2, 1]
     table = capsys.readouterr().out
     assert "single-line pass@1 (n=2)" in table and "multi-line pass@1 (n=1)" in table and "(same run)" in table
+
+
+def test_syntax_eval_without_the_data_is_one_clear_error(monkeypatch, tmp_path, capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import syntax_eval
+
+    monkeypatch.setattr(syntax_eval, "HUMANEVAL_DIR", tmp_path / "missing")
+    with pytest.raises(SystemExit) as stop:
+        syntax_eval.main(["--limit", "1"])
+    assert stop.value.code == 2
+    assert "HumanEval-Infilling data not found" in capsys.readouterr().err
