@@ -232,7 +232,8 @@ def denoise(
                 if opening_rows is not None:  # never pad/eos in an infill's first slot: never an empty infill
                     logits[:, opening_rows, end_ids] = float("-inf")
                 proposal, p_token, ranking = kernels.propose_and_score(
-                    logits.reshape(-1, V), settings.temperature, settings.top_k, settings.top_p, settings.policy, generator, impl
+                    logits.reshape(-1, V), settings.temperature, settings.top_k, settings.top_p, settings.policy, generator, impl,
+                    active.reshape(-1),
                 )
                 proposal, p_token, ranking = (t.view(B, -1) for t in (proposal, p_token, ranking))  # [B, P]
                 remaining = active.sum(1)  # [B]

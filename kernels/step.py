@@ -31,14 +31,20 @@ def propose_and_score(
     policy: str,
     generator: torch.Generator,
     implementation: str = "reference",
+    active: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """logits [M, V] -> (tokens [M] long, p_token [M] float32, ranking [M] float32)."""
+    """logits [M, V] -> (tokens [M] long, p_token [M] float32, ranking [M] float32).
+
+    `active` [M] bool marks the still-masked positions; the others' outputs are unspecified
+    (the fused kernel skips their rows, the reference scores every row: on a CPU a dense
+    pass costs less than finding the active rows).
+    """
     filtered = top_k is not None or top_p is not None
     if implementation == "triton" and not filtered:
         from . import triton_step
 
         noise = R.gumbel_noise(logits.shape, generator, logits.device) if temperature > 0 else None
-        tokens, p_token, margin, neg_entropy = triton_step.fused_confidence(logits, noise, temperature)
+        tokens, p_token, margin, neg_entropy = triton_step.fused_confidence(logits, noise, temperature, active)
         if policy == "confidence":
             ranking = p_token
         elif policy == "margin":

@@ -1,10 +1,12 @@
 """Triton kernels for the denoising step, each checked against kernels/reference.py.
 
-fused_confidence: one program per masked position streams its row of logits once and
+fused_confidence: one program per position of the block; a masked (active) one streams its row of logits once and
 keeps running softmax statistics (max, sum of exp, sum of exp * logit), the top two
 logits and the best (optionally Gumbel-perturbed) score. From those it writes the
 proposal, its probability, the top1 - top2 probability margin and minus the entropy:
-what the reference computes with a softmax, a gather, a topk and a sum over [M, V].
+what the reference computes with a softmax, a gather, a topk and a sum over [M, V]. A
+position already committed reads nothing: its program writes zeros and ends (no host sync
+decides which rows to launch).
 
 select_commits: one program per batch row ranks the block's positions by pairwise
 comparison (blocks are short, so P^2 compares in registers beat a sort) and marks the
@@ -19,12 +21,16 @@ import triton.language as tl
 
 @triton.jit
 def _fused_confidence_kernel(
-    logits_ptr, noise_ptr, tok_ptr, p_ptr, margin_ptr, negent_ptr,
+    logits_ptr, noise_ptr, active_ptr, tok_ptr, p_ptr, margin_ptr, negent_ptr,
     V, stride_l, stride_n, inv_temp,
-    HAS_NOISE: tl.constexpr, BLOCK_V: tl.constexpr,
+    HAS_NOISE: tl.constexpr, HAS_ACTIVE: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
     row = tl.program_id(0)
     base = logits_ptr + row * stride_l
+    n_cols = V
+    if HAS_ACTIVE:
+        active = tl.load(active_ptr + row) != 0
+        n_cols = tl.where(active, V, 0)  # a committed position: no iterations, nothing read
     m = tl.full((), float("-inf"), tl.float32)  # running max of logits
     s = tl.full((), 0.0, tl.float32)  # running sum of exp(logit - m)
     t = tl.full((), 0.0, tl.float32)  # running sum of exp(logit - m) * logit (for the entropy)
@@ -36,7 +42,7 @@ def _fused_confidence_kernel(
         best = tl.full((), float("-inf"), tl.float32)
     best_idx = tl.full((), 0, tl.int32)
     best_logit = tl.full((), float("-inf"), tl.float32)
-    for start in range(0, V, BLOCK_V):
+    for start in range(0, n_cols, BLOCK_V):
         cols = start + tl.arange(0, BLOCK_V)
         valid = cols < V
         x = tl.load(base + cols, mask=valid, other=-float("inf")).to(tl.float32)
@@ -63,15 +69,19 @@ def _fused_confidence_kernel(
         best_idx = tl.where(better, start + idx, best_idx)
         best_logit = tl.where(better, tl.max(tl.where(cols == start + idx, x, -float("inf")), axis=0), best_logit)
         best = tl.where(better, chunk_best, best)
+    read = n_cols > 0
+    s = tl.where(read, s, 1.0)  # a skipped row: finite placeholders, then zeros below
+    m = tl.where(read, m, 0.0)
     log_s = tl.log(s)
-    tl.store(tok_ptr + row, best_idx.to(tl.int64))
-    tl.store(p_ptr + row, tl.exp(best_logit - m) / s)
-    tl.store(margin_ptr + row, (tl.exp(top1 - m) - tl.exp(top2 - m)) / s)
-    tl.store(negent_ptr + row, t / s - m - log_s)
+    tl.store(tok_ptr + row, tl.where(read, best_idx, 0).to(tl.int64))
+    tl.store(p_ptr + row, tl.where(read, tl.exp(best_logit - m) / s, 0.0))
+    tl.store(margin_ptr + row, tl.where(read, (tl.exp(top1 - m) - tl.exp(top2 - m)) / s, 0.0))
+    tl.store(negent_ptr + row, tl.where(read, t / s - m - log_s, 0.0))
 
 
-def fused_confidence(logits: torch.Tensor, noise: torch.Tensor | None, temperature: float):
-    """logits [M, V] (any float dtype), noise [M, V] float64 or None -> (tokens, p, margin, -entropy)."""
+def fused_confidence(logits: torch.Tensor, noise: torch.Tensor | None, temperature: float, active: torch.Tensor | None = None):
+    """logits [M, V] (any float dtype), noise [M, V] float64 or None, active [M] bool or None
+    -> (tokens, p, margin, -entropy), each [M]; rows that are not active get zeros."""
     M, V = logits.shape
     logits = logits.contiguous()
     out_tok = torch.empty(M, dtype=torch.long, device=logits.device)
@@ -80,11 +90,12 @@ def fused_confidence(logits: torch.Tensor, noise: torch.Tensor | None, temperatu
         return out_tok, out_p, out_margin, out_negent
     has_noise = noise is not None
     noise_arg = noise.contiguous() if has_noise else logits  # unused pointer when no noise
+    active_arg = active.to(torch.int8).contiguous() if active is not None else out_tok  # unused without
     block_v = min(4096, triton.next_power_of_2(V))
     _fused_confidence_kernel[(M,)](
-        logits, noise_arg, out_tok, out_p, out_margin, out_negent,
+        logits, noise_arg, active_arg, out_tok, out_p, out_margin, out_negent,
         V, logits.stride(0), noise_arg.stride(0), 1.0 / temperature if has_noise else 1.0,
-        HAS_NOISE=has_noise, BLOCK_V=block_v,
+        HAS_NOISE=has_noise, HAS_ACTIVE=active is not None, BLOCK_V=block_v,
     )
     return out_tok, out_p, out_margin, out_negent
 

@@ -58,6 +58,20 @@ def test_fused_confidence_bf16_input():
     torch.testing.assert_close(p, logits.float().softmax(-1).max(-1).values, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("M, V", [(1, 7), (8, 1000), (6, 5000)])
+def test_fused_confidence_reads_masked_rows_only(M, V):
+    g = torch.Generator().manual_seed(M + V)
+    logits = torch.randn(M, V, generator=g)
+    active = torch.arange(M) % 2 == 0
+    logits[~active] = float("nan")  # a committed position's row: reading it would poison its outputs
+    tokens, p, margin, neg_entropy = triton_step.fused_confidence(logits, None, 0.0, active)
+    ref_tokens = R.propose(logits[active], 0.0, None, None, g)
+    assert torch.equal(tokens[active], ref_tokens)
+    torch.testing.assert_close(p[active], R.score(logits[active], ref_tokens, "confidence", g)[0].float())
+    for out in (tokens, p, margin, neg_entropy):
+        assert not out[~active].isnan().any() and (out[~active] == 0).all()
+
+
 @pytest.mark.parametrize("B, P", [(1, 1), (2, 7), (3, 32), (2, 100), (1, 257)])
 def test_select_commits_matches_reference(B, P):
     g = torch.Generator().manual_seed(B * 1000 + P)
