@@ -68,10 +68,13 @@ def naive_loop(denoiser, ids: torch.Tensor, slots: range) -> tuple[torch.Tensor,
     x = ids.clone()[None]  # [1, T]
     mask_id = denoiser.spec.mask_id
     steps = 0
-    while bool((x[0, slots.start:slots.stop] == mask_id).any()):
+    for _ in range(len(slots)):  # one commit per step, as LLaDA's steps = gen_length
         logits = denoiser.model(x)  # [1, T, V], every position projected
         if denoiser.spec.shift_logits:
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+        # Never the mask itself: a trained model does not propose it, but random weights with a
+        # tied head do (a masked position's own embedding scores highest), and would loop forever.
+        logits[..., mask_id] = float("-inf")
         p = logits.softmax(-1)
         conf, pred = p.max(-1)  # [1, T]
         masked = x == mask_id

@@ -69,3 +69,17 @@ def test_missing_held_out_data_is_one_clear_error(tmp_path, capsys):
         speed.main(["--data", str(tmp_path / "missing.jsonl.gz"), "--limit", "1"])
     assert stop.value.code == 2
     assert "held-out data not found" in capsys.readouterr().err
+
+
+def test_naive_loop_never_writes_the_mask_of_a_tied_random_model(monkeypatch):
+    import synthetic
+    import torch
+
+    # Random weights with a tied head score a masked position's own token (the mask) highest.
+    tied = dict(vocab_size=512, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, tie_embeddings=True, max_seq_len=256)
+    monkeypatch.setitem(synthetic.SHAPES, "tied", tied)
+    denoiser = synthetic.build("tied", "cpu", torch.float32)
+    canvas = synthetic.make_canvas(denoiser, 16, 8)
+    with torch.inference_mode():
+        out, steps = speed.naive_loop(denoiser, torch.tensor(canvas.ids), canvas.slots[0])
+    assert steps == 8 and denoiser.spec.mask_id not in out.tolist()
