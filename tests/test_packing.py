@@ -41,6 +41,13 @@ def test_packing_keeps_names_shapes_and_memory():
     assert sum(p.numel() for p in packed.parameters()) == sum(p.numel() for p in plain.parameters())
 
 
+def test_tied_head_on_cpu_packs_into_the_one_shared_matrix():
+    plain, packed = _pair(tie_embeddings=True)
+    assert packed.packed_output is not None and packed.embed.weight is packed.output.weight
+    assert packed.embed.weight.untyped_storage().data_ptr() == packed.packed_output.untyped_storage().data_ptr()
+    assert sum(p.numel() for p in packed.parameters()) == sum(p.numel() for p in plain.parameters())  # no copy
+
+
 def test_loaded_models_are_packed(tiny_model_dir):
     from sharpen.core.loading import load_denoiser
 
