@@ -43,6 +43,8 @@ class Denoiser:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.spec = spec
+        self._static_caches = False  # set by compile: see new_cache
+        self._kept_cache: KVCache | None = None
 
     @property
     def device(self) -> torch.device:
@@ -81,21 +83,35 @@ class Denoiser:
         want = torch.arange(T, device=x.device) if want is None else want
         source = (want - 1).clamp_min(0) if self.spec.shift_logits else want  # [W] rows that predict `want`
         if run is None:
-            hidden = self.model.hidden(x, None, cache)  # [B, T, dim]
-            rows = source
-        else:
-            if cache is None:
-                raise ValueError("a partial run needs a cache holding the rest of the canvas")
-            hidden = self.model.hidden(x[:, run], run, cache)  # [B, S, dim]
-            rows = torch.searchsorted(run, source)  # no host read: the caller sized `run`
-        return self.model.project(hidden[:, rows])  # [B, W, V]
+            return self.model.scores(x, None, cache, source)  # [B, W, V]
+        if cache is None:
+            raise ValueError("a partial run needs a cache holding the rest of the canvas")
+        rows = torch.searchsorted(run, source)  # no host read: the caller sized `run`
+        return self.model.scores(x[:, run], run, cache, rows)  # [B, W, V]
 
     def source_positions(self, want: list[int]) -> list[int]:
         """The canvas rows whose hidden states score positions `want` (see `logits`)."""
         return [max(p - 1, 0) for p in want] if self.spec.shift_logits else list(want)
 
     def new_cache(self, batch: int, length: int) -> KVCache:
-        return self.model.new_cache(batch, length)
+        """Keys/values for a [batch, length] canvas.
+
+        Once compiled, the same buffers come back for the same shape, marked as static
+        addresses. A CUDA graph must not write into any other input (torch.compile then
+        skips the graph, and a cached step, which writes its keys and values into the
+        cache, would run kernel by kernel), and a run can replay the graphs an earlier run
+        of that shape recorded. Reuse needs no clearing: every run's first pass writes the
+        whole canvas; and one run uses a model at a time (the editor holds a lock).
+        """
+        if not self._static_caches:
+            return self.model.new_cache(batch, length)
+        kept = self._kept_cache
+        if kept is None or (kept.k[0].shape[0], kept.length) != (batch, length):
+            kept = self.model.new_cache(batch, length)
+            for buffer in (*kept.k, *kept.v):
+                torch._dynamo.mark_static_address(buffer, guard=False)
+            self._kept_cache = kept
+        return kept
 
     def compile(self, mode: str = "default", backend: str = "inductor") -> None:
         """Compile the backbone's passes with torch.compile (see COMPILE_MODES).
@@ -110,8 +126,11 @@ class Denoiser:
         if mode == "off":
             return
         options = {} if backend != "inductor" else {"mode": mode}
-        self.model.hidden = torch.compile(self.model.hidden, backend=backend, **options)
-        self.model.project = torch.compile(self.model.project, backend=backend, **options)
+        # One compiled function per step, the pass and its projection together: one CUDA graph
+        # per step, and no graph output is read after the next step's call, which is what
+        # CUDA graph trees assume of inference (each call starts a new iteration).
+        self.model.scores = torch.compile(self.model.scores, backend=backend, **options)
+        self._static_caches = True
 
 
 # torch.compile modes offered to users: off, inductor's default, CUDA graphs, autotuned kernels.

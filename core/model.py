@@ -308,6 +308,14 @@ class Transformer(nn.Module):
             return (self.norm(hidden) @ self.packed_output).float()
         return self.output(self.norm(hidden)).float()
 
+    def scores(self, ids: torch.Tensor, positions: torch.Tensor | None, cache: KVCache | None, rows: torch.Tensor) -> torch.Tensor:
+        """A pass over `ids` (as `hidden`), projected at `rows` only: [B, len(rows), V] float32.
+
+        A denoising step's whole forward in one call: what `Denoiser.compile` wraps, so that
+        a step is one compiled graph (one CUDA graph with "reduce-overhead").
+        """
+        return self.project(self.hidden(ids, positions, cache)[:, rows])
+
     def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
         """ids [B, S] -> logits [B, S, V] (float32)."""
         return self.project(self.hidden(ids, positions, cache))

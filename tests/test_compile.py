@@ -48,6 +48,29 @@ def test_unknown_mode_is_refused(fresh_denoiser):
 
 
 def test_off_leaves_the_model_alone(fresh_denoiser):
-    hidden = fresh_denoiser.model.hidden
+    scores = fresh_denoiser.model.scores
     fresh_denoiser.compile("off")
-    assert fresh_denoiser.model.hidden == hidden
+    assert fresh_denoiser.model.scores == scores
+    assert fresh_denoiser.new_cache(1, 8) is not fresh_denoiser.new_cache(1, 8)  # eager: a fresh cache per run
+
+
+def test_compiled_runs_write_into_static_cache_buffers(fresh_denoiser):
+    # A CUDA graph may write in place only into inputs marked static (torch.compile skips the
+    # graph otherwise), and reusing the buffers lets a run replay an earlier run's graphs.
+    fresh_denoiser.compile("default", backend="eager")
+    cache = fresh_denoiser.new_cache(2, 24)
+    assert all(getattr(b, "_dynamo_static_input_type", None) for b in (*cache.k, *cache.v))
+    assert fresh_denoiser.new_cache(2, 24) is cache
+    assert fresh_denoiser.new_cache(1, 24) is not cache and fresh_denoiser.new_cache(1, 30).length == 30
+
+
+def test_compiled_edits_in_a_row_reuse_the_cache_and_equal_eager(fresh_denoiser):
+    # The kept cache still holds the previous run's keys: every run must overwrite it first.
+    texts = [TEXT, TEXT.replace("a + b", "b + a"), TEXT]  # the same canvas length, other tokens
+    eager = [apply_edit(fresh_denoiser, t, SPANS, SamplerSettings()).text for t in texts]
+    fresh_denoiser.compile("default")
+    handed_out = []
+    keep = fresh_denoiser.new_cache
+    fresh_denoiser.new_cache = lambda batch, length: handed_out.append(keep(batch, length)) or handed_out[-1]
+    assert [apply_edit(fresh_denoiser, t, SPANS, SamplerSettings()).text for t in texts] == eager
+    assert len(handed_out) == 3 and handed_out[0] is handed_out[1] is handed_out[2]
