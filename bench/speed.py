@@ -69,9 +69,7 @@ def naive_loop(denoiser, ids: torch.Tensor, slots: range) -> tuple[torch.Tensor,
     mask_id = denoiser.spec.mask_id
     steps = 0
     for _ in range(len(slots)):  # one commit per step, as LLaDA's steps = gen_length
-        logits = denoiser.model(x)  # [1, T, V], every position projected
-        if denoiser.spec.shift_logits:
-            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+        logits = denoiser.logits(x)  # [1, T, V], every position projected (compiled too, with --compile)
         # Never the mask itself: a trained model does not propose it, but random weights with a
         # tied head do (a masked position's own embedding scores highest), and would loop forever.
         logits[..., mask_id] = float("-inf")
