@@ -83,3 +83,13 @@ def test_naive_loop_never_writes_the_mask_of_a_tied_random_model(monkeypatch):
     with torch.inference_mode():
         out, steps = speed.naive_loop(denoiser, torch.tensor(canvas.ids), canvas.slots[0])
     assert steps == 8 and denoiser.spec.mask_id not in out.tolist()
+
+
+def test_compiled_runs_compile_the_autoregressive_baseline_too():
+    import synthetic
+    import torch
+
+    assert synthetic.ar_options("off", torch.device("cpu")) == {}
+    options = synthetic.ar_options("reduce-overhead", torch.device("cpu"))
+    assert options["cache_implementation"] == "static"  # what transformers compiles generate over
+    assert options["compile_config"].mode == "reduce-overhead" and options["compile_config"]._compile_all_devices
