@@ -164,3 +164,25 @@ def test_on_meta_device_restores_weight_init_even_after_an_error():
     assert (nn.Linear.reset_parameters, nn.Embedding.reset_parameters) == before
     layer = nn.Linear(4, 4)
     assert not layer.weight.is_meta and layer.weight.abs().sum() > 0  # initialised again
+
+
+def test_bfloat16_model_runs_the_cached_path_like_float32(tiny_model_dir):
+    # The GPU path runs bf16: its norm, rotary and cache code must hold up in that dtype too.
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.sampler import SamplerSettings
+    from sharpen.core.spans import Span
+
+    full = load_denoiser(tiny_model_dir)
+    half = load_denoiser(tiny_model_dir, dtype=torch.bfloat16)
+    x = torch.randint(3, 200, (1, 40))
+    want = torch.arange(10, 18)
+    cache = half.new_cache(1, 40)
+    half.logits(x, cache=cache)
+    cached = half.logits(x, want=want, run=want, cache=cache)
+    assert cached.dtype == torch.float32
+    torch.testing.assert_close(cached, half.logits(x, want=want), atol=0.05, rtol=0.05)
+    torch.testing.assert_close(cached, full.logits(x, want=want), atol=0.15, rtol=0.1)
+    text = "def add(a, b):\n    return a + b\n"
+    for settings in (SamplerSettings(), SamplerSettings(cache="none", schedule="fixed")):
+        result = apply_edit(half, text, [Span(19, 31)], settings)
+        assert result.text.startswith("def add(a, b):\n    ") and result.steps >= 1
