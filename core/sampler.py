@@ -30,6 +30,7 @@ from ..kernels import reference as K
 from ..kernels import step as kernels
 from .canvas import Canvas
 from .denoiser import Denoiser
+from .errors import UsageError
 
 SCHEDULES = ("fixed", "threshold")
 REWRITE_ORDERS = ("confidence", "random")
@@ -153,7 +154,10 @@ def denoise(
     When `should_stop()` turns true between steps, the iterator ends without a done frame.
     """
     device, mask_id = denoiser.device, denoiser.spec.mask_id
-    impl = kernels.choose(settings.kernels, device)
+    try:
+        impl = kernels.choose(settings.kernels, device)
+    except ValueError as exc:  # e.g. triton asked for on a CPU
+        raise UsageError(str(exc)) from None
     use_cache = settings.cache != "none" and getattr(denoiser, "supports_cache", False)
     banned = getattr(denoiser, "banned_ids", torch.tensor([mask_id])).to(device)
     generator = torch.Generator(device=device).manual_seed(settings.seed)

@@ -7,6 +7,9 @@ over the vocabulary (CUDA, or the CPU under TRITON_INTERPRET=1 for tests).
 """
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import torch
 
 from . import reference as R
@@ -15,11 +18,17 @@ IMPLEMENTATIONS = ("reference", "triton")
 
 
 def choose(implementation: str, device: torch.device) -> str:
-    """'auto' means triton on CUDA and the reference elsewhere; anything else is taken as asked."""
+    """'auto' means triton on CUDA and the reference elsewhere; anything else is taken as asked,
+    if it can run here (ValueError otherwise: triton needs CUDA, or its CPU interpreter)."""
     if implementation == "auto":
         return "triton" if device.type == "cuda" else "reference"
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"unknown kernel implementation {implementation!r}; known: auto, {', '.join(IMPLEMENTATIONS)}")
+    if implementation == "triton":
+        if importlib.util.find_spec("triton") is None:
+            raise ValueError("the triton kernels need the triton package; use --kernels auto or reference")
+        if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError(f"the triton kernels run on CUDA, not {device.type} (TRITON_INTERPRET=1 interprets them, slowly); use --kernels auto or reference")
     return implementation
 
 

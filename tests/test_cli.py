@@ -13,11 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "fizzbuzz.py"
 
 
-def sharpen(*args, stdin=None, model=None, cwd=None):
+def sharpen(*args, stdin=None, model=None, cwd=None, env=None):
     cmd = [sys.executable, "-m", "sharpen.app.cli", *map(str, args)]
     if model is not None:
         cmd += ["--model", str(model)]
-    return subprocess.run(cmd, input=stdin, capture_output=True, cwd=cwd, timeout=300)
+    return subprocess.run(cmd, input=stdin, capture_output=True, cwd=cwd, timeout=300, env=env)
 
 
 def one_line(stderr: bytes) -> str:
@@ -133,6 +133,15 @@ def test_usage_errors_exit_2(tmp_path):
         out = sharpen(*args, stdin=b"x\n")
         assert out.returncode == 2, (args, out.stderr)
         one_line(out.stderr)
+
+
+def test_triton_kernels_on_a_cpu_exit_2_and_leave_the_file(tmp_path, tiny_model_dir):
+    path = tmp_path / "f.py"
+    path.write_bytes(EXAMPLE.read_bytes())
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the kernel tests set it
+    out = sharpen(path, "--apply-edit", "1-1", "--in-place", "--device", "cpu", "--kernels", "triton", model=tiny_model_dir, env=env)
+    assert out.returncode == 2 and "run on CUDA, not cpu" in one_line(out.stderr)
+    assert path.read_bytes() == EXAMPLE.read_bytes()
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

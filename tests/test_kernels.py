@@ -99,3 +99,13 @@ def test_kernel_choice_is_explicit():
     assert step.choose("triton", torch.device("cpu")) == "triton"
     with pytest.raises(ValueError, match="unknown kernel"):
         step.choose("cuda-magic", torch.device("cpu"))
+
+
+def test_triton_on_a_cpu_without_the_interpreter_is_a_usage_error(monkeypatch, tiny_denoiser):
+    from sharpen.core.errors import UsageError
+
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(ValueError, match="run on CUDA, not cpu"):
+        step.choose("triton", torch.device("cpu"))
+    with pytest.raises(UsageError, match="--kernels auto or reference"):
+        apply_edit(tiny_denoiser, "x = 1\n", [Span(4, 5)], SamplerSettings(kernels="triton"))
