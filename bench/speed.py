@@ -63,6 +63,7 @@ def load_items(path: Path, tokenizer, lo: int, hi: int, limit: int) -> list[Item
     return items[::step][:limit] if limit else items
 
 
+@torch.inference_mode()
 def naive_loop(denoiser, ids: torch.Tensor, slots: range) -> tuple[torch.Tensor, int]:
     """LLaDA's generate(): every step a full forward over the canvas and all its logits."""
     x = ids.clone()[None]  # [1, T]
@@ -92,8 +93,7 @@ def run_item(method: str, denoiser, item: Item, context: int, settings_cls, engi
     started = time.perf_counter()
     if method == "naive":
         canvas = canvas_mod.build_canvas(text, [span], tok, spec.mask_id, context, denoiser.max_len)
-        with torch.inference_mode():
-            out, n = naive_loop(denoiser, torch.tensor(canvas.ids, device=denoiser.device), canvas.slots[0])
+        out, n = naive_loop(denoiser, torch.tensor(canvas.ids, device=denoiser.device), canvas.slots[0])
         out = out.tolist()
     else:
         settings = method_settings(method, settings_cls)

@@ -85,8 +85,7 @@ def run_sampler(denoiser, canvas, settings) -> int:
 
 
 def run_naive(denoiser, canvas) -> int:
-    with torch.inference_mode():
-        return naive_loop(denoiser, torch.tensor(canvas.ids, device=denoiser.device), canvas.slots[0])[1]
+    return naive_loop(denoiser, torch.tensor(canvas.ids, device=denoiser.device), canvas.slots[0])[1]
 
 
 def ar_options(compile_mode: str, device: torch.device) -> dict:

@@ -98,7 +98,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:  # one fused op: a CPU step over a few rows is bound by op count
+        if x.dtype == torch.float32:  # no upcast needed: torch's own rms_norm (one kernel on CUDA)
             return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
         # Normalise in float32 for bf16 stability, as the reference implementations do.
         x32 = x.float()
@@ -249,9 +249,10 @@ class Transformer(nn.Module):
         """Switch to the inference layout (in place; for a loaded model on one device, not for training).
 
         Each block's q/k/v weights become one [dim, (H + 2Hkv) D] matrix and gate/up one
-        [dim, 2F] matrix, both stored input-major (so is the output head, unless it is tied and on
-        a GPU): a block runs 4 matmuls instead of 7, and `x @ W` with W [in, out] contiguous takes MKL's fast path for the few rows a cached
-        step computes (F.linear on 8 rows was 3-5x slower on our 2-core CPU; see bench/speed.py).
+        [dim, 2F] matrix, both stored input-major (so is the output head, unless it is tied and
+        on a GPU): a block runs 4 matmuls instead of 7, and `x @ W` with W [in, out] contiguous
+        takes MKL's fast path for the few rows a cached step computes (F.linear on 8 rows was
+        3-5x slower on our 2-core CPU; see bench/speed.py).
         The original parameters stay as views into the packed tensors: no extra memory, and
         state_dict names are unchanged.
         """

@@ -58,6 +58,8 @@ def test_compiled_runs_write_into_static_cache_buffers(fresh_denoiser):
     # A CUDA graph may write in place only into inputs marked static (torch.compile skips the
     # graph otherwise), and reusing the buffers lets a run replay an earlier run's graphs.
     fresh_denoiser.compile("default", backend="eager")
+    compiled = vars(fresh_denoiser.model)  # one compiled function per step: the pass with its projection
+    assert "scores" in compiled and "hidden" not in compiled and "project" not in compiled
     cache = fresh_denoiser.new_cache(2, 24)
     assert all(getattr(b, "_dynamo_static_input_type", None) for b in (*cache.k, *cache.v))
     assert fresh_denoiser.new_cache(2, 24) is cache
