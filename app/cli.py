@@ -8,6 +8,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import fields
+from pathlib import Path
+
+from ..core.settings import Editing, ModelRequest, Request, Sampling, SettingError, rule_of, value_type
+from ..core.spans import MODES
+from .config import Config, Editor, by_section
 
 EXIT_CODES = """exit codes:
   0    done
@@ -24,6 +30,9 @@ SPEC_HELP = """SPEC forms (1-based lines and columns, end exclusive):
   @edits.json, -   a JSON list of {"range", "mode", "instruction", "max_tokens", "strength"}
   body@L, node@L:C the body of the function/block at line L ("Fill body"); the syntax node at L:C
                    (also expr@, stmt@, block@, func@; see app/syntax_specs.py)
+
+Every model, sampling and edit setting above can also be set in the config file (--print-config-path says where):
+top-level keys for the editor, [model], [sampling] and [edit] tables for the rest.
 """
 
 
@@ -31,6 +40,52 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one plain line, documented exit code
         sys.stderr.write(f"sharpen: error: {message}\n")
         raise SystemExit(2)
+
+
+def add_settings(parser: argparse.ArgumentParser, request: type[Request], title: str | None) -> None:
+    """One flag per declared setting of `request` (core/settings.py); default None = not given."""
+    group = parser.add_argument_group(title) if title else parser
+    for f in fields(request):
+        rule = rule_of(f)
+        if not rule.flag:
+            continue
+        kind, optional = value_type(request, f.name)
+        shown = f" (default {f.default})" if f.default not in (None, False) else ""
+        options: dict = {"dest": f.name, "default": None, "help": rule.help + shown}
+        if kind is bool:
+            options["action"] = argparse.BooleanOptionalAction if optional else "store_true"
+        else:
+            options["type"] = kind
+            options["choices"] = rule.choices
+            options["metavar"] = None if rule.choices else rule.metavar
+        group.add_argument("--" + f.name.replace("_", "-"), **options)
+
+
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    """defaults < config file < command line, layered once; every error names where it came from."""
+    from .config import load_config
+
+    config_path = Path(args.config).expanduser() if args.config else None
+    config = load_config(config_path)
+    given = {f.name: getattr(args, f.name) for r in (Editor, Editing, ModelRequest, Sampling) for f in fields(r) if rule_of(f).flag}
+    try:
+        return config.layered(by_section(given))
+    except SettingError as exc:
+        from ..core.errors import UsageError
+
+        raise UsageError(f"{flag_name(exc.name)} {exc.rule}") from None
+
+
+def headless_job(args: argparse.Namespace):
+    """The --apply-edit options that are not settings, as app.headless.HeadlessJob."""
+    from .headless import HeadlessJob
+
+    output = "in-place" if args.in_place else "diff" if args.diff else "json" if args.json else "text"
+    return HeadlessJob(args.files[0], args.apply_edit, output, args.mode, args.max_tokens, args.instruction, args.quiet)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--config", metavar="PATH", help="editor config file (default: see --print-config-path)")
     parser.add_argument("--print-config-path", action="store_true", help="print where the editor's config file is read from and exit")
-    parser.add_argument("--theme", metavar="NAME", help="editor theme (sharpen-dark, sharpen-light, sharpen-dusk, or one of yours)")
+    add_settings(parser, Editor, None)
 
     edit = parser.add_argument_group("headless editing")
     edit.add_argument("--apply-edit", metavar="SPEC", help="edit FILE without a screen and print the result")
@@ -52,40 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--in-place", action="store_true", help="write the result back to FILE (atomically)")
     out.add_argument("--diff", action="store_true", help="print a unified diff instead of the new text")
     out.add_argument("--json", action="store_true", help="print JSON: per span the new text, steps, tokens and time")
-    edit.add_argument("--mode", choices=("infill", "rewrite"), default="infill", help="what the spans of a plain SPEC do (default infill)")
+    edit.add_argument("--mode", choices=MODES, default="infill", help="what the spans of a plain SPEC do (default infill)")
     edit.add_argument("--max-tokens", type=int, metavar="N", help="infill slot budget per span (pad/eos trims it)")
-    edit.add_argument("--strength", type=float, default=0.5, metavar="F", help="rewrite: share of the span re-noised (default 0.5)")
     edit.add_argument("--instruction", metavar="TEXT", help="rewrite instruction (instruct checkpoints only)")
     edit.add_argument("--quiet", "-q", action="store_true", help="no progress line on stderr")
-
-    model = parser.add_argument_group("model and sampling")
-    model.add_argument("--model", metavar="M", help="checkpoint directory or a hub id already in the local Hugging Face cache (default: the embedded model)")
-    model.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default auto)")
-    model.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"), help="weights dtype (default: bfloat16 on GPU, float32 on CPU)")
-    model.add_argument("--device-map", choices=("auto",), help="spread a big model over the GPUs and CPU memory (accelerate); automatic when it does not fit one GPU")
-    model.add_argument("--max-memory", metavar="SPEC", help="memory per device for --device-map, e.g. 0=20GiB,1=20GiB,cpu=64GiB")
-    model.add_argument("--trust-remote-code", action="store_true", help="allow checkpoints of other families to run their own Python modeling code")
-    model.add_argument("--mask-id", type=int, metavar="ID", help="mask token id, for --trust-remote-code models whose files do not say")
-    model.add_argument("--shift-logits", action=argparse.BooleanOptionalAction, default=None, help="whether logits at i predict token i+1, when the files do not say")
-    model.add_argument("--steps", type=int, metavar="N", help="at most N denoising steps (default: up to one per token)")
-    model.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (same seed, same result)")
-    model.add_argument("--policy", default="confidence", choices=("confidence", "margin", "entropy", "random"), help="which tokens commit first")
-    model.add_argument("--schedule", default="threshold", choices=("fixed", "threshold"), help="fixed quota per step, or also every token above --threshold")
-    model.add_argument("--threshold", type=float, default=0.9, metavar="P", help="confidence for parallel commits (default 0.9)")
-    model.add_argument("--block-size", type=int, default=8, metavar="N", help="semi-autoregressive blocks of N slots, left to right (default 8; 0: one block)")
-    model.add_argument("--cache", default="dual", choices=("none", "prefix", "dual"), help="KV cache per block: none is exact; dual (default) is fastest")
-    model.add_argument("--refresh", default="block", choices=("block", "canvas"), help="cache refresh at each new block: only the finished block (default) or the whole canvas (Fast-dLLM)")
-    model.add_argument("--kernels", default="auto", choices=("auto", "reference", "triton"), help="step kernels: auto is triton on CUDA")
-    model.add_argument("--compile", default="off", choices=("off", "default", "reduce-overhead", "max-autotune"),
-                       help="torch.compile the model; reduce-overhead records CUDA graphs (GPU). Each new shape compiles once: worth it for long runs, not one quick edit")
-    model.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 is greedy (default)")
-    model.add_argument("--top-k", type=int, metavar="K")
-    model.add_argument("--top-p", type=float, metavar="P")
-    model.add_argument("--samples", type=int, default=1, metavar="N", help="alternatives denoised together (best first)")
-    model.add_argument("--context-tokens", type=int, default=1024, metavar="N", help="fixed context around the spans (default 1024)")
-    # Syntax-aware infilling (core/candidates.py, core/length.py; wired in app/syntax_specs.py).
-    model.add_argument("--candidates", type=int, default=1, metavar="N", help="N candidate lengths per infill span in one batch, ranked by parse validity then confidence (default 1: off)")
-    model.add_argument("--length", default="fixed", choices=("fixed", "adaptive"), help="adaptive: re-run with a longer span while the model fills it up (default fixed)")
+    add_settings(parser, Editing, "edit settings (also [edit] in the config file)")
+    add_settings(parser, ModelRequest, "model (also [model] in the config file)")
+    add_settings(parser, Sampling, "sampling (also [sampling] in the config file)")
     return parser
 
 
@@ -109,10 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-COMMANDS = ("models", "doctor", "download")  # a file with one of these names: open it as ./NAME
-
-
 def _main(argv: list[str]) -> int:
+    from .commands import COMMANDS
+
     if argv and argv[0] in COMMANDS:
         from ..core.errors import SharpenError
         from .commands import run_command
@@ -134,44 +161,47 @@ def _main(argv: list[str]) -> int:
         return 0
     from ..core.errors import SharpenError
 
+    config = None
     try:
+        config = config_from(args)
         if args.apply_edit is not None:
             if len(args.files) != 1:
                 return _fail("error: --apply-edit needs exactly one FILE (or - for stdin)", 2)
-            args.file = args.files[0]
             from .headless import run_headless
 
-            return run_headless(args)
+            return run_headless(headless_job(args), config)
         if args.in_place or args.diff or args.json:
             return _fail("error: --in-place, --diff and --json go with --apply-edit", 2)
-        return _open_editor(args)
+        return _open_editor(args, config)
     except SharpenError as exc:
         return _fail(str(exc), exc.exit_code)
     except MemoryError:
-        return _fail(f"out of memory; try {_smaller(args)}", 4)
+        return _fail(f"out of memory; try {_smaller(config)}", 4)
     except Exception as exc:  # torch raises its OOM as a RuntimeError subclass
         if type(exc).__name__ == "OutOfMemoryError":
-            return _fail(f"out of GPU memory; try {_smaller(args)}, or --device cpu", 4)
+            return _fail(f"out of GPU memory; try {_smaller(config)}, or --device cpu", 4)
         if args.apply_edit is None or os.environ.get("SHARPEN_DEBUG"):
             raise
         # Headless callers get the documented contract even for a bug: one line, exit 4.
         return _fail(f"internal error: {type(exc).__name__}: {exc} (SHARPEN_DEBUG=1 shows the traceback)", 4)
 
 
-def _smaller(args: argparse.Namespace) -> str:
+def _smaller(config: Config | None) -> str:
     """The settings that shrink a run's memory, from the ones it used."""
-    hints = [f"--context-tokens {max(64, args.context_tokens // 2)}"]
-    if args.samples > 1:
+    config = config or Config()
+    hints = [f"--context-tokens {max(64, config.editing.context_tokens // 2)}"]
+    if config.sampling.samples > 1:
         hints.append("--samples 1")
     return ", ".join(hints)
 
 
-def _open_editor(args: argparse.Namespace) -> int:
+def _open_editor(args: argparse.Namespace, config: Config) -> int:
     try:
         from .tui.editor_app import run_editor
     except ImportError:
         return _fail("error: the editor is not available in this build; use --apply-edit", 2)
-    return run_editor(args)
+    config_path = Path(args.config).expanduser() if args.config else None
+    return run_editor([Path(f) for f in args.files], config, config_path)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ def run_command(name: str, argv: list[str]) -> int:
     return {"models": models, "doctor": doctor, "download": download}[name](argv)
 
 
+COMMANDS = ("models", "doctor", "download")  # `sharpen NAME ...`; a file with one of these names: open it as ./NAME
+
+
 # -- models -------------------------------------------------------------------------------
 
 

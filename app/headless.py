@@ -17,18 +17,18 @@ import signal
 import sys
 import threading
 import time
-from argparse import Namespace
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from ..core.errors import Cancelled, InputError, UsageError
 from ..core.files import MAX_FILE_BYTES, TextFile, check_writable, decode_bytes, read_text_file, save_text_file
 from ..core.spans import Span, validate_spans
+from .config import Config
 from .specs import LineIndex, format_range, parse_edit_list, parse_spec
-from .syntax_specs import colour_diff, edit_options
+from .syntax_specs import colour_diff
 
 MAX_EDIT_LIST_BYTES = 16 * 2**20
-MAX_SAMPLES = 64  # alternatives are one batch: more would only run out of memory
 # Held during the write; SIGHUP too (a closed terminal), which would otherwise kill us mid-rename.
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM} | ({signal.SIGHUP} if hasattr(signal, "SIGHUP") else set())
 
@@ -48,11 +48,28 @@ def read_input(file_arg: str) -> TextFile:
     return read_text_file(file_arg)
 
 
-def read_spans(args: Namespace, source: TextFile) -> list[Span]:
-    spec = args.apply_edit
+@dataclass(frozen=True)
+class HeadlessJob:
+    """What `--apply-edit` asks beyond the settings: the file, the SPEC, where the result goes."""
+
+    file: str  # a path, or "-" for stdin
+    spec: str  # SPEC as typed (app/specs.py)
+    output: str = "text"  # text | in-place | diff | json
+    mode: str = "infill"  # what the spans of a plain SPEC do
+    max_tokens: int | None = None  # infill slot budget per span of a plain SPEC
+    instruction: str | None = None
+    quiet: bool = False  # no progress line on stderr
+
+    @property
+    def in_place(self) -> bool:
+        return self.output == "in-place"
+
+
+def read_spans(job: HeadlessJob, config: Config, source: TextFile) -> list[Span]:
+    spec = job.spec
     if spec == "-" or spec.startswith("@"):
         if spec == "-":
-            if args.file == "-":
+            if job.file == "-":
                 raise UsageError("FILE and SPEC cannot both be read from stdin")
             name, raw = "<stdin>", _edit_list_bytes(sys.stdin.buffer, "<stdin>")
         else:
@@ -66,10 +83,10 @@ def read_spans(args: Namespace, source: TextFile) -> list[Span]:
             payload = raw.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise UsageError(f"edit list {name} is not UTF-8 (invalid byte at offset {exc.start})") from None
-        spans = parse_edit_list(payload, source.text, name, path=args.file)
+        spans = parse_edit_list(payload, source.text, name, path=job.file)
     else:
-        options = {"strength": args.strength, "max_tokens": args.max_tokens, "instruction": args.instruction}
-        spans = parse_spec(spec, source.text, mode=args.mode, path=args.file, **options)
+        options = {"strength": config.editing.strength, "max_tokens": job.max_tokens, "instruction": job.instruction}
+        spans = parse_spec(spec, source.text, mode=job.mode, path=job.file, **options)
     return validate_spans(source.text, spans)
 
 
@@ -78,47 +95,6 @@ def _edit_list_bytes(stream, name: str) -> bytes:
         return _read_limited(stream, MAX_EDIT_LIST_BYTES, name)
     except InputError as exc:
         raise UsageError(f"edit list {exc}") from None
-
-
-def check_options(args: Namespace) -> None:
-    """The sampling options, checked before torch loads (SamplerSettings checks them again)."""
-    get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
-    checks = [
-        (get("steps") is None or get("steps") >= 1, "--steps must be at least 1"),
-        (get("block_size") is None or get("block_size") >= 0, "--block-size must be at least 0 (0: one block)"),
-        (1 <= get("samples", 1) <= MAX_SAMPLES, f"--samples must be between 1 and {MAX_SAMPLES}"),
-        (0.0 < get("threshold", 0.9) <= 1.0, "--threshold must be in (0, 1]"),
-        (0.0 <= get("temperature", 0.0) < math.inf, "--temperature must be a finite number, at least 0"),
-        (get("top_k") is None or get("top_k") >= 1, "--top-k must be at least 1"),
-        (get("top_p") is None or 0.0 < get("top_p") <= 1.0, "--top-p must be in (0, 1]"),
-        (get("context_tokens", 0) >= 0, "--context-tokens must be at least 0"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise UsageError(message)
-
-
-def sampler_settings(args: Namespace):
-    from ..core.sampler import SamplerSettings
-
-    try:
-        return SamplerSettings(
-            steps=args.steps,
-            policy=args.policy,
-            schedule=args.schedule,
-            threshold=args.threshold,
-            block_size=args.block_size or None,
-            cache=args.cache,
-            refresh=args.refresh,
-            kernels=args.kernels,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=args.seed,
-            samples=args.samples,
-        )
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 _stop_exits_at_once = False  # true while torch is imported and the model loads
@@ -204,41 +180,39 @@ class Progress:
             self.open = False
 
 
-def run_headless(args: Namespace, denoiser=None) -> int:
+def run_headless(job: HeadlessJob, config: Config = Config(), denoiser=None) -> int:
     """The whole headless run; `denoiser` lets a caller (bench/soak.py) reuse a loaded model."""
     main_thread = threading.current_thread() is threading.main_thread()
     stops = (signal.SIGINT, signal.SIGTERM)
     previous = {sig: signal.signal(sig, _on_stop) for sig in stops} if main_thread else {}  # SIGTERM ends like Ctrl+C
     try:
-        return _run(args, denoiser)
+        return _run(job, config, denoiser)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
-def _run(args: Namespace, denoiser) -> int:
-    if args.in_place and args.file == "-":
+def _run(job: HeadlessJob, config: Config, denoiser) -> int:
+    if job.in_place and job.file == "-":
         raise UsageError("--in-place needs a file, not stdin")
-    check_options(args)
-    source = read_input(args.file)
-    spans = read_spans(args, source)
-    if args.in_place:
+    source = read_input(job.file)
+    spans = read_spans(job, config, source)
+    if job.in_place:
         check_writable(source.path)  # fail now, not after minutes of denoising
-    settings = sampler_settings(args)
-    syntax_options = edit_options(args)  # --candidates, --length (app/syntax_specs.py)
 
     with _exit_at_once_on_stop():
-        from ..core.engine import run_edit  # torch loads here, after input and SPEC are known good
+        from ..core.engine import edit_options, run_edit  # torch loads here, after input and SPEC are known good
 
         if denoiser is None:
             from .model_choice import load_model
 
-            denoiser = load_model(args)
-    progress = Progress(sys.stderr.isatty() and not args.quiet)
+            denoiser = load_model(config.model, quiet=job.quiet)
+    options = edit_options(config.editing, path=None if job.file == "-" else job.file)  # --candidates, --length, --context-tokens
+    progress = Progress(sys.stderr.isatty() and not job.quiet)
     started = time.perf_counter()
     result = None
     try:
-        for update in run_edit(denoiser, source.text, spans, settings, context_tokens=args.context_tokens, **syntax_options):
+        for update in run_edit(denoiser, source.text, spans, config.sampling, **options):
             progress.update(update.frame)
             result = update.result or result
     except BaseException:
@@ -247,25 +221,25 @@ def _run(args: Namespace, denoiser) -> int:
     if result is None:
         raise Cancelled("the edit was cancelled; nothing was written")
     progress.finish(result)
-    write_result(args, source, spans, result, denoiser, time.perf_counter() - started)
+    write_result(job, source, spans, result, denoiser, time.perf_counter() - started)
     return 0
 
 
-def write_result(args: Namespace, source: TextFile, spans: list[Span], result, denoiser, seconds: float) -> None:
-    if args.in_place:
+def write_result(job: HeadlessJob, source: TextFile, spans: list[Span], result, denoiser, seconds: float) -> None:
+    if job.in_place:
         if result.text == source.text:
             return  # nothing changed: leave the file, its mtime included
         with signals_held() as check:
             # Refused (exit 3) if another program changed the file while the model ran.
             save_text_file(source, result.text, before_commit=check)
         return
-    if args.diff:
+    if job.output == "diff":
         name = str(source.path or "<stdin>")
         diff = difflib.unified_diff(
             source.text.splitlines(keepends=True), result.text.splitlines(keepends=True), f"a/{name}", f"b/{name}"
         )
         sys.stdout.write(colour_diff("".join(_terminated(diff)), sys.stdout))  # pygments, on a terminal only
-    elif args.json:
+    elif job.output == "json":
         index = LineIndex.of(source.text)
         payload = {
             "file": str(source.path) if source.path else "-",

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 import sys
-from argparse import Namespace
 from dataclasses import replace
 from pathlib import Path
 
 from ..core.errors import ModelError, UsageError
+from ..core.settings import ModelRequest
 
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -64,22 +64,17 @@ def resolve_model_path(model: str | None, cache_dir: str | Path | None = None) -
         ) from None
 
 
-def _stderr(args: Namespace, text: str) -> None:
-    if not getattr(args, "quiet", False):
-        sys.stderr.write(text if text.endswith("\n") else text + "\n")
-
-
-def placement_for(args: Namespace, cfg, dtype, device: str):
+def placement_for(request: ModelRequest, cfg, dtype, device: str):
     """A DevicePlan when the model must (or was asked to) span devices, else None."""
     import torch
 
     from ..core import placement
 
-    spec = getattr(args, "max_memory", None)
+    spec = request.max_memory
     max_memory = placement.parse_max_memory(spec) if spec else None
-    asked = getattr(args, "device_map", None) == "auto" or max_memory is not None
+    asked = request.device_map == "auto" or max_memory is not None
     if not asked:
-        if getattr(args, "device", "auto") not in (None, "auto") or not device.startswith("cuda"):
+        if request.device != "auto" or not device.startswith("cuda"):
             return None
         free, _ = torch.cuda.mem_get_info(0)
         if placement.fits_one_device(cfg, dtype, free):
@@ -87,58 +82,61 @@ def placement_for(args: Namespace, cfg, dtype, device: str):
     return placement.plan(cfg, dtype, max_memory)
 
 
-def load_model(args: Namespace):
-    """The denoiser the arguments ask for (a Denoiser, or a RemoteDenoiser on opt-in)."""
+def load_model(request: ModelRequest = ModelRequest(), quiet: bool = False):
+    """The denoiser the request asks for (a Denoiser, or a RemoteDenoiser on opt-in).
+
+    `quiet`: no device plan on stderr (the editor's screen would be drawn over).
+    """
     from ..core import families
     from ..core.loading import embedded_model_path, load_denoiser, model_config, read_config
 
-    device = resolve_device(getattr(args, "device", None))
-    path, repo_id = resolve_model_path(getattr(args, "model", None))
+    device = resolve_device(request.device)
+    path, repo_id = resolve_model_path(request.model)
     config = read_config(path or embedded_model_path())
     try:
         families.family_for(config)
         native = True
     except ModelError as exc:
-        if not getattr(args, "trust_remote_code", False):
+        if not request.trust_remote_code:
             hint = "; it ships its own modeling code: pass --trust-remote-code if you trust it" if config.get("auto_map") else ""
             raise ModelError(f"{exc}{hint}") from None
         native = False
-    dtype = resolve_dtype(getattr(args, "dtype", None), device)
+    dtype = resolve_dtype(request.dtype, device)
     try:
         if native:
             _, cfg = model_config(path or embedded_model_path(), config)
-            plan = placement_for(args, cfg, dtype, device)
+            plan = placement_for(request, cfg, dtype, device)
             if plan is not None:
-                _stderr(args, "sharpen: device plan (accelerate):\n" + "".join(f"  {line}\n" for line in plan.describe().splitlines()))
-                dtype = resolve_dtype(getattr(args, "dtype", None), str(plan.main_device))
+                if not quiet:
+                    sys.stderr.write("sharpen: device plan (accelerate):\n" + "".join(f"  {line}\n" for line in plan.describe().splitlines()))
+                dtype = resolve_dtype(request.dtype, str(plan.main_device))
             denoiser = load_denoiser(path, device=device, dtype=dtype, device_map=plan.device_map if plan else None)
         else:
-            denoiser = _load_remote(args, path, device, dtype)
+            denoiser = _load_remote(request, path, device, dtype)
     except (RuntimeError, ValueError) as exc:  # torch's device errors, e.g. CUDA unavailable
         raise ModelError(f"cannot load the model on {device}: {str(exc).splitlines()[0]}") from None
     if repo_id:
         denoiser.spec = replace(denoiser.spec, name=repo_id)
-    compile_mode = getattr(args, "compile", None) or "off"
-    if compile_mode != "off":
+    if request.compile != "off":
         if not hasattr(denoiser, "compile"):
             raise UsageError("--compile needs a natively supported model (not --trust-remote-code)")
-        denoiser.compile(compile_mode)
+        denoiser.compile(request.compile)
     return denoiser
 
 
-def _load_remote(args: Namespace, path: Path, device: str, dtype):
+def _load_remote(request: ModelRequest, path: Path, device: str, dtype):
     from ..core import placement
     from ..core.remote import load_remote
 
-    spec = getattr(args, "max_memory", None)
-    device_map = "auto" if getattr(args, "device_map", None) == "auto" or spec else None
+    spec = request.max_memory
+    device_map = "auto" if request.device_map == "auto" or spec else None
     return load_remote(
         path,
         trust_remote_code=True,
         device=device,
         dtype=dtype,
-        mask_id=getattr(args, "mask_id", None),
-        shift_logits=getattr(args, "shift_logits", None),
+        mask_id=request.mask_id,
+        shift_logits=request.shift_logits,
         device_map=device_map,
         max_memory=placement.parse_max_memory(spec) if spec else None,
     )

@@ -53,26 +53,6 @@ def syntax_range(item: str, text: str, index, path: str | None = None) -> tuple[
     return found
 
 
-MAX_CANDIDATES = 16  # rows of one batch: more would mostly cost memory
-
-
-def edit_options(args) -> dict:
-    """run_edit's syntax options from the CLI: `--candidates N` and `--length fixed|adaptive`."""
-    from ..core.errors import UsageError
-
-    n = getattr(args, "candidates", 1)
-    length = getattr(args, "length", "fixed")
-    if not 1 <= n <= MAX_CANDIDATES:
-        raise UsageError(f"--candidates must be between 1 and {MAX_CANDIDATES}")
-    options: dict = {"length": length}
-    if n > 1:
-        from ..core.candidates import plan_for_count
-
-        path = getattr(args, "file", None)
-        options["candidates"] = plan_for_count(n, path=None if path in (None, "-") else str(path))
-    return options
-
-
 def colour_diff(diff: str, stream) -> str:
     """The unified diff coloured by pygments when `stream` is a terminal (and NO_COLOR is unset)."""
     import os

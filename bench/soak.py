@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sharpen.app.cli import build_parser
+from sharpen.app.cli import build_parser, config_from, headless_job
 from sharpen.app.headless import run_headless
 from sharpen.core.loading import embedded_model_path
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     from sharpen.app.model_choice import load_model
 
     started = time.perf_counter()
-    denoiser = load_model(build_parser().parse_args([str(target), *common]))
+    denoiser = load_model(config_from(build_parser().parse_args([str(target), *common])).model)
     print(f"model {denoiser.spec.name} loaded in {time.perf_counter() - started:.2f}s; {opts.edits} edits on {target}")
     print(f"{'edits':>6} {'rss MiB':>9} {'growth MiB':>11} {'ms/edit':>9} {'p95 ms':>8} {'failed':>7}")
 
@@ -99,11 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         spec, flags = WORKLOAD[n % len(WORKLOAD)]
         output = OUTPUTS[n % len(OUTPUTS)]
         args = build_parser().parse_args([str(target), "--apply-edit", spec, *flags, *output, "--seed", str(n), *common])
-        args.file = args.files[0]
+        job = headless_job(args)
         t0 = time.perf_counter()
         try:
             with contextlib.redirect_stdout(sink):
-                run_headless(args, denoiser=denoiser)
+                run_headless(job, config_from(args), denoiser=denoiser)
         except Exception as exc:  # a soak counts failures and keeps going
             failed += 1
             print(f"edit {n} ({spec} {' '.join(output)}): {type(exc).__name__}: {exc}", file=sys.stderr)

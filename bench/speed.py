@@ -100,7 +100,12 @@ def run_item(method: str, denoiser, item: Item, context: int, settings_cls, engi
         per_step = _per_step(method)
         if per_step:  # a step budget relative to the span: at least this many commits per step
             settings = dataclasses.replace(settings, steps=math.ceil(len(target) / per_step))
-        frames = list(engine.run_edit(denoiser, text, [span], settings, context_tokens=context))
+        # The span's length is given (the oracle's), so every method decodes all of its slots: the
+        # expected-length cut would pad some of them and make the same span less work.
+        from sharpen.core.sampler import LoopRules
+
+        same_length = LoopRules(expected_length=False)
+        frames = list(engine.run_edit(denoiser, text, [span], settings, context_tokens=context, rules=same_length))
         out = list(frames[-1].frame.final_ids[0][0])
         n = frames[-1].result.steps
     wall = time.perf_counter() - started
@@ -157,16 +162,13 @@ def _per_step(method: str) -> int | None:
 
 
 def method_settings(method: str, settings_cls):
-    """default, exact, or default@FIELD=VALUE/...: the default with some SamplerSettings changed
+    """default, exact, or default@FIELD=VALUE/...: the default with some Sampling changed
     (e.g. default@threshold=0.7/block_size=16); per_step=K sets steps to ceil(span / K)."""
-    # The span's length is given (the oracle's), so every method decodes all of its slots: the
-    # expected-length cut would pad some of them and make the same span less work.
-    same_length = {"expected_length": False}
     if method.startswith("default@"):
         changes = {k: v for k, v in _changes(method).items() if k != "per_step"}
         types = {f.name: f.type for f in dataclasses.fields(settings_cls)}
-        return settings_cls(**same_length, **{k: _parse(v, types[k]) for k, v in changes.items()})
-    return {"default": settings_cls(**same_length), "exact": settings_cls(cache="none", schedule="fixed", **same_length)}[method]
+        return settings_cls(**{k: _parse(v, types[k]) for k, v in changes.items()})
+    return {"default": settings_cls(), "exact": settings_cls(cache="none", schedule="fixed")}[method]
 
 
 def _parse(value: str, annotation: str):
@@ -248,7 +250,7 @@ def main(argv=None) -> int:
     from sharpen.core import canvas as canvas_mod
     from sharpen.core import engine
     from sharpen.core.loading import load_denoiser
-    from sharpen.core.sampler import SamplerSettings
+    from sharpen.core.settings import Sampling
     from sharpen.core.spans import Span
 
     engine.Span = Span
@@ -264,7 +266,7 @@ def main(argv=None) -> int:
     describe = {
         "naive": "confidence / 1 per step / none (full logits)",
         "exact": "confidence / 1 per step / none",
-        "default": describe_settings(SamplerSettings()),
+        "default": describe_settings(Sampling()),
         "ar": "causal LM, greedy, KV cache (generate)",
         "ar-loop": "causal LM, greedy, KV cache (bare forward loop)",
     }
@@ -277,10 +279,10 @@ def main(argv=None) -> int:
             continue
         context = min(args.context, denoiser.max_len - hi)
         mean_len = statistics.mean(len(denoiser.tokenizer.encode(it.middle)) for it in items)
-        results = run_methods(args.methods.split(","), denoiser, items, context, SamplerSettings, engine, canvas_mod)
+        results = run_methods(args.methods.split(","), denoiser, items, context, Sampling, engine, canvas_mod)
         for method, row in results.items():
             rate = row["tokens"] / row["wall"]
-            described = describe.get(method) or describe_settings(method_settings(method, SamplerSettings), _per_step(method))
+            described = describe.get(method) or describe_settings(method_settings(method, Sampling), _per_step(method))
             summary[(hi, method)] = rate, row["em"]
             acc, em, parse, agree = ("n/a" if row[k] is None else f"{100 * row[k]:.1f}%" for k in ("acc", "em", "parse", "agree"))
             print(f"| {name} | {mean_len:.0f} (<= {hi}, n={len(items)}) | {method} | {described} | {rate:.1f} | {row['steps']} | {row['wall']:.2f} | {acc} | {em} | {parse} | {agree} |")

@@ -44,7 +44,7 @@ from sharpen.core.candidates import CandidatePlan  # noqa: E402
 from sharpen.core.canvas import DEFAULT_POINT_INFILL  # noqa: E402
 from sharpen.core.engine import apply_edit  # noqa: E402
 from sharpen.core.loading import load_denoiser  # noqa: E402
-from sharpen.core.sampler import SamplerSettings  # noqa: E402
+from sharpen.core.settings import Sampling  # noqa: E402
 from sharpen.core.spans import Span  # noqa: E402
 from speed import parses  # noqa: E402
 from train.evaluate import HUMANEVAL_DIR, evenly, load_humaneval, passes  # noqa: E402
@@ -64,7 +64,7 @@ METHODS = {  # name -> (run_edit options, what the table says about its length)
 DEFAULT_METHODS = "fixed,adaptive,candidates,candidates-no-syntax,oracle"
 
 
-def complete(denoiser, problem: dict, method: str, settings: SamplerSettings, context: int, runs: dict) -> str:
+def complete(denoiser, problem: dict, method: str, settings: Sampling, context: int, runs: dict) -> str:
     """The method's infill for one problem's missing middle (`runs`: this problem's results so far)."""
     if method == "candidates-no-syntax" and "candidates" in runs:
         # The same batch as `candidates` (greedy, so identical rows), ranked by confidence alone:
@@ -82,7 +82,7 @@ def complete(denoiser, problem: dict, method: str, settings: SamplerSettings, co
     return result.spans[0].text
 
 
-def run_task(denoiser, kind: str, methods: list[str], limit: int | None, settings: SamplerSettings, context: int) -> dict:
+def run_task(denoiser, kind: str, methods: list[str], limit: int | None, settings: Sampling, context: int) -> dict:
     problems = evenly(load_humaneval(kind), limit)
     out = {m: {"pass": 0, "parse": 0, "seconds": 0.0, "items": []} for m in methods}
     started = time.perf_counter()
@@ -129,7 +129,7 @@ def main(argv=None) -> dict:
     p.add_argument("--methods", default=DEFAULT_METHODS, help=f"comma list of: {', '.join(METHODS)}")
     p.add_argument("--context", type=int, default=1024, help="context tokens around the span")
     p.add_argument("--steps", type=int, default=None, help="cap denoising steps per run (default: the app's, up to one per slot)")
-    p.add_argument("--threshold", type=float, default=SamplerSettings.threshold, help="parallel-commit confidence (default: the app's)")
+    p.add_argument("--threshold", type=float, default=Sampling.threshold, help="parallel-commit confidence (default: the app's)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, default=None, help="also write per-item results here")
     args = p.parse_args(argv)
@@ -142,7 +142,7 @@ def main(argv=None) -> dict:
         p.error(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
     torch.set_num_threads(args.threads)
     denoiser = load_denoiser(args.model)
-    settings = SamplerSettings(steps=args.steps, threshold=args.threshold)  # else the app's defaults: greedy, confidence order, threshold commits, dual cache
+    settings = Sampling(steps=args.steps, threshold=args.threshold)  # else the app's defaults: greedy, confidence order, threshold commits, dual cache
     kinds = args.tasks.split(",")
     limits = [int(v) for v in args.limit.split(",")]
     if len(limits) not in (1, len(kinds)):

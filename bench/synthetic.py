@@ -111,7 +111,7 @@ def run_ar(twin, context: int, span: int, device, compile_mode: str = "off") -> 
 
 def rows_for_shape(shape: str, args, dtype) -> list[dict]:
     """Every method on one shape: naive, then each fixed schedule with and without the cache, then ar."""
-    from sharpen.core.sampler import SamplerSettings
+    from sharpen.core.settings import Sampling
 
     denoiser = build(shape, args.device, dtype)
     denoiser.compile(args.compile)
@@ -127,7 +127,7 @@ def rows_for_shape(shape: str, args, dtype) -> list[dict]:
         add("naive", 1, "none (full logits)", None, *timed(lambda: run_naive(denoiser, canvas), device, args.repeats))
     for per_step in (int(v) for v in args.per_step.split(",")):
         for cache, block in (("none", None), ("dual", args.block_size)):
-            settings = SamplerSettings(schedule="fixed", steps=max(1, args.span // per_step), cache=cache, block_size=block)
+            settings = Sampling(schedule="fixed", steps=max(1, args.span // per_step), cache=cache, block_size=block)
             add("sharpen", per_step, cache, block, *timed(lambda: run_sampler(denoiser, canvas, settings), device, args.repeats))
     model_config = denoiser.model.cfg
     del denoiser, canvas

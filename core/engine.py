@@ -8,22 +8,27 @@ Everything here is pure data in and out; the denoiser is the only state.
 """
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from . import length as L
 from .canvas import build_canvas, span_text
 from .denoiser import Denoiser
 from .errors import Cancelled, UsageError
 from .files import match_newlines, newline_style
 from .instruct import build_instruct_canvas, uses_chat
-from .sampler import Frame, SamplerSettings, denoise
+from .sampler import Frame, LoopRules, denoise
+from .settings import LENGTHS, Editing, Sampling
 from .spans import Span, splice, validate_spans
 
 if TYPE_CHECKING:
     from .candidates import CandidatePlan
 
-DEFAULT_CONTEXT_TOKENS = 1024  # fixed text around the spans the model sees (half before, half after)
+log = logging.getLogger(__name__)
+
+DEFAULT_CONTEXT_TOKENS = Editing().context_tokens  # fixed text around the spans the model sees (half before, half after)
 
 
 @dataclass(frozen=True)
@@ -66,40 +71,49 @@ def check_instructions(denoiser: Denoiser, spans: list[Span]) -> None:
         raise UsageError("an instruction needs an instruct checkpoint with a chat template; this model has none")
 
 
-LENGTHS = ("fixed", "adaptive")  # fixed: the span's slot budget; adaptive: grow while the span fills up (length.py)
+def edit_options(editing: Editing, path: str | None = None) -> dict:
+    """run_edit's keyword arguments for an Editing request (`path` names the language candidates parse)."""
+    options: dict = {"context_tokens": editing.context_tokens, "length": editing.length}
+    if editing.candidates > 1:
+        from .candidates import plan_for_count
+
+        options["candidates"] = plan_for_count(editing.candidates, path=path)
+    return options
 
 
 def run_edit(
     denoiser: Denoiser,
     text: str,
     spans: list[Span],
-    settings: SamplerSettings = SamplerSettings(),
+    settings: Sampling = Sampling(),
     context_tokens: int = DEFAULT_CONTEXT_TOKENS,
     should_stop: Callable[[], bool] = lambda: False,
     candidates: CandidatePlan | None = None,
     length: str = "fixed",
+    rules: LoopRules = LoopRules(),
 ) -> Iterator[EditFrame]:
     """Denoise all spans of `text` together in one canvas; the last EditFrame carries the result.
 
     `candidates` (core/candidates.py): several lengths per infill span as rows of the same
     batch, ranked by parse validity, then confidence. `length="adaptive"` (core/length.py)
-    re-runs with a longer canvas while a span fills up; its frames restart at step 0 per round.
+    re-runs with a longer canvas while a span fills up (the policy is core/length.py); its
+    frames restart at step 0 per round. `rules` are the loop's own (core/sampler.py), for
+    the benchmarks and tests that measure them; no setting reaches them.
     """
     if length not in LENGTHS:
         raise UsageError(f"unknown length policy {length!r}; known: {', '.join(LENGTHS)}")
     ordered = validate_spans(text, spans)
     check_instructions(denoiser, ordered)
     if length == "adaptive":
-        from .length import adaptive_edit
-
-        yield from adaptive_edit(denoiser, text, ordered, settings, context_tokens, should_stop, candidates)
+        yield from _adaptive_runs(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules)
         return
-    yield from run_once(denoiser, text, ordered, settings, context_tokens, should_stop, candidates)
+    yield from run_once(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules)
 
 
-def run_once(denoiser: Denoiser, text: str, ordered: list[Span], settings: SamplerSettings, context_tokens: int,
-             should_stop: Callable[[], bool], candidates: CandidatePlan | None = None) -> Iterator[EditFrame]:
-    """One denoising run over validated, sorted spans (run_edit's body, reused by length.py)."""
+def run_once(denoiser: Denoiser, text: str, ordered: list[Span], settings: Sampling, context_tokens: int,
+             should_stop: Callable[[], bool], candidates: CandidatePlan | None = None,
+             rules: LoopRules = LoopRules()) -> Iterator[EditFrame]:
+    """One denoising run over validated, sorted spans (run_edit's body; a round of the adaptive loop)."""
     tok, spec = denoiser.tokenizer, denoiser.spec
     pad = spec.pad_id if spec.pad_id is not None else spec.eos_id
     row_lengths = None
@@ -116,7 +130,7 @@ def run_once(denoiser: Denoiser, text: str, ordered: list[Span], settings: Sampl
     else:
         canvas = build_canvas(text, ordered, tok, spec.mask_id, context_tokens, denoiser.max_len)
     started = time.perf_counter()
-    for frame in denoise(denoiser, canvas, settings, should_stop):
+    for frame in denoise(denoiser, canvas, settings, should_stop, rules):
         if not frame.done:
             yield EditFrame(frame)
             continue
@@ -145,6 +159,54 @@ def run_once(denoiser: Denoiser, text: str, ordered: list[Span], settings: Sampl
         yield EditFrame(frame, result)
 
 
+def _adaptive_runs(denoiser, text: str, ordered: list[Span], settings: Sampling, context_tokens: int,
+                   should_stop: Callable[[], bool], candidates=None, rules: LoopRules = LoopRules(),
+                   policy: L.AdaptiveLength = L.AdaptiveLength()) -> Iterator[EditFrame]:
+    """Rounds of run_once with growing budgets (core/length.py's policy); only the last round's done frame is yielded.
+
+    With a CandidatePlan the best candidate's length is the one judged and grown from, and
+    the next round's ladder is centred on it. With exact rows (CandidatePlan.exact) no row
+    can end early, so a span grows when its longest rung won.
+    """
+    from .candidates import selected_tokens
+
+    end_ids = denoiser.spec.end_ids
+    selected = selected_tokens(text, ordered, denoiser.tokenizer)
+    budgets = [L.start_budget(s, n, policy) for s, n in zip(ordered, selected)]
+    room = denoiser.max_len // 2  # never let slots crowd out all context
+    caps = [min(s.max_tokens or policy.max_tokens, room) for s in ordered]
+    steps, seconds = 0, 0.0
+    for round_ in range(policy.rounds):
+        spans = [s if b is None else replace(s, max_tokens=b) for s, b in zip(ordered, budgets)]
+        done = None
+        for update in run_once(denoiser, text, spans, settings, context_tokens, should_stop, candidates, rules):
+            if update.done:
+                done = update
+            else:
+                yield update
+        if done is None:  # cancelled
+            return
+        frame, result = done.frame, done.result
+        steps, seconds = steps + result.steps, seconds + result.seconds
+        b = result.best_row
+        used = list(result.candidates[0].lengths) if result.candidates else budgets
+        used = [None if budget is None else n for budget, n in zip(budgets, used)]  # rewrites never grow
+        if candidates is not None and candidates.exact and result.candidates:
+            # Exact rows cannot end early, so "filled up" means: the longest rung won.
+            top = [max(c.lengths[i] for c in result.candidates) for i in range(len(ordered))]
+            filled = [n is not None and n == t for n, t in zip(used, top)]
+        else:
+            filled = [n is not None and L.filled_up(frame.final_ids[b][i], frame.final_confidence[b][i], n, end_ids, policy)
+                      for i, n in enumerate(used)]
+        grown = L.next_budgets(budgets, used, filled, caps, policy.grow)
+        log.debug("adaptive round %d: budgets %s used %s filled %s -> %s", round_, budgets, used, filled, grown)
+        if grown == budgets or round_ == policy.rounds - 1:
+            break
+        budgets = grown
+    spans_back = tuple(replace(r, span=s) for r, s in zip(result.spans, ordered))  # offsets as the caller gave them
+    yield EditFrame(frame, replace(result, spans=spans_back, steps=steps, seconds=seconds))
+
+
 def _ranked_result(text, ordered, frame, per_sample, row_lengths, samples, drop, plan, tokenizer, seconds) -> EditResult:
     """Candidates scored (parse, then confidence) and ranked: best first, the rest alternatives."""
     from .candidates import rank, score_rows
@@ -169,7 +231,7 @@ def _sample_score(frame: Frame, sample: int) -> float:
     return frame.sample_scores[sample] if frame.sample_scores else 0.0
 
 
-def apply_edit(denoiser: Denoiser, text: str, spans: list[Span], settings: SamplerSettings = SamplerSettings(), **kwargs) -> EditResult:
+def apply_edit(denoiser: Denoiser, text: str, spans: list[Span], settings: Sampling = Sampling(), **kwargs) -> EditResult:
     """Run an edit to the end and return its result (no frames)."""
     last = None
     for last in run_edit(denoiser, text, spans, settings, **kwargs):

@@ -31,52 +31,29 @@ from ..kernels import step as kernels
 from .canvas import Canvas
 from .denoiser import Denoiser
 from .errors import UsageError
+from .settings import Sampling
 
-SCHEDULES = ("fixed", "threshold")
 REWRITE_ORDERS = ("confidence", "random")
-CACHES = ("none", "prefix", "dual")
-REFRESHES = ("canvas", "block")
 
 
 @dataclass(frozen=True)
-class SamplerSettings:
-    steps: int | None = None  # upper bound on steps; None: up to one step per slot
-    policy: str = "confidence"  # which proposals commit first: confidence | margin | entropy | random
-    schedule: str = "threshold"  # fixed: an even quota per step; threshold: also every proposal above `threshold`
-    threshold: float = 0.9  # Fast-dLLM's parallel-commit threshold
-    block_size: int | None = 8  # semi-autoregressive blocks of slots, left to right (None: one block); 8 measured fastest at equal accuracy on the embedded model (bench/speed.py)
-    cache: str = "dual"  # none: exact, full forward every step; prefix / dual: approximate KV cache per block
-    refresh: str = "block"  # cache refresh at a new block: canvas (Fast-dLLM: the whole canvas) or block (only the finished and the new block)
-    temperature: float = 0.0  # 0: greedy proposals; > 0: Gumbel-max sampling in float64
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int = 0  # same seed, same canvas, same model: same result
-    samples: int = 1  # alternatives denoised together as one batch
+class LoopRules:
+    """How the loop itself behaves, beyond what a user can set (core/settings.py's Sampling).
+
+    The defaults are the product; the other values exist for the benchmarks and tests that
+    measure what each rule buys (bench/speed.py runs LLaDA's plain loop with
+    expected_length=False). Not settings: no flag or config key reaches them.
+    """
+
     remask_below: float | None = None  # error correction: re-mask committed tokens whose probability falls below this
     rewrite_order: str = "confidence"  # which tokens a rewrite re-noises first: least confident, or random
-    kernels: str = "auto"  # auto: triton on CUDA, reference elsewhere; or "reference" / "triton"
     pad_ends_span: bool = True  # infill: a committed pad/eos ends the span, masked slots after it become pad
     defer_end: bool = True  # commit content before pad/eos proposals; pads commit once only pads are proposed
     expected_length: bool = True  # infill: first pad the slots past the model's expected span length (see _expected_lengths)
 
     def __post_init__(self) -> None:
-        checks = [
-            (self.policy in K.POLICIES, f"unknown policy {self.policy!r}; known: {', '.join(K.POLICIES)}"),
-            (self.schedule in SCHEDULES, f"unknown schedule {self.schedule!r}; known: {', '.join(SCHEDULES)}"),
-            (self.cache in CACHES, f"unknown cache {self.cache!r}; known: {', '.join(CACHES)}"),
-            (self.refresh in REFRESHES, f"unknown refresh {self.refresh!r}; known: {', '.join(REFRESHES)}"),
-            (self.rewrite_order in REWRITE_ORDERS, f"unknown rewrite order {self.rewrite_order!r}; known: {', '.join(REWRITE_ORDERS)}"),
-            (self.steps is None or self.steps >= 1, "steps must be at least 1"),
-            (self.block_size is None or self.block_size >= 1, "block size must be at least 1"),
-            (1 <= self.samples <= 64, "samples must be between 1 and 64"),
-            (0.0 < self.threshold <= 1.0, "threshold must be in (0, 1]"),
-            (self.temperature >= 0.0, "temperature must be at least 0"),
-            (self.top_k is None or self.top_k >= 1, "top-k must be at least 1"),
-            (self.top_p is None or 0.0 < self.top_p <= 1.0, "top-p must be in (0, 1]"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+        if self.rewrite_order not in REWRITE_ORDERS:
+            raise ValueError(f"unknown rewrite order {self.rewrite_order!r}; known: {', '.join(REWRITE_ORDERS)}")
 
 
 @dataclass(frozen=True)
@@ -119,7 +96,7 @@ class Frame:
         return sum(t is None for s in self.spans for t in s.tokens)
 
 
-def _plan(spans: list[range], settings: SamplerSettings, device) -> list[tuple[torch.Tensor, int, list[int]]]:
+def _plan(spans: list[range], settings: Sampling, device) -> list[tuple[torch.Tensor, int, list[int]]]:
     """Blocks of slot positions, left to right: (positions on `device`, step budget, positions on the host).
 
     Block k holds the k-th run of `block_size` slots of every span, so several marked regions
@@ -146,8 +123,9 @@ def _plan(spans: list[range], settings: SamplerSettings, device) -> list[tuple[t
 def denoise(
     denoiser: Denoiser,
     canvas: Canvas,
-    settings: SamplerSettings = SamplerSettings(),
+    settings: Sampling = Sampling(),
     should_stop: Callable[[], bool] = lambda: False,
+    rules: LoopRules = LoopRules(),
 ) -> Iterator[Frame]:
     """Run the loop over `canvas`; yield a Frame per step; the last one has done=True.
 
@@ -183,13 +161,13 @@ def denoise(
         return Frame(step, total, time.perf_counter() - started, done, x[0].clone(), confidence[0].clone(),
                      guesses[0].clone(), canvas.slots, mask_id, final, scores, final_conf)
 
-    _renoise_rewrites(denoiser, canvas, settings, x, confidence, generator)
+    _renoise_rewrites(denoiser, canvas, rules, x, confidence, generator)
     denoised = x == mask_id  # [B, T] the positions this run fills
     end_ids = torch.tensor(getattr(denoiser.spec, "end_ids", ()), dtype=torch.long, device=device)
     infill_slots = [r for span, r in zip(canvas.spans, canvas.slots) if span.mode == "infill" and len(r)]
     # An infill span's first slot holds content, as in training (no trained span is empty).
     span_openings = {r.start for r in infill_slots} if end_ids.numel() else set()
-    if settings.expected_length and infill_slots and end_ids.numel():
+    if rules.expected_length and infill_slots and end_ids.numel():
         _pad_past_expected_length(denoiser, x, infill_slots, end_ids, mask_id, denoised, banned)
     guesses = x.clone()
     plan = _plan(list(canvas.slots), settings, device)
@@ -203,7 +181,7 @@ def denoise(
             step_run, refresh_run = _runs(denoiser, settings, block_host, previous_host, T, device)
         opening_rows = [i for i, pos in enumerate(block_host) if pos in span_openings]
         opening_rows = torch.tensor(opening_rows, device=device)[:, None] if opening_rows else None  # [F, 1]
-        final_step = 2 * block_steps - 1 if settings.remask_below else block_steps - 1
+        final_step = 2 * block_steps - 1 if rules.remask_below else block_steps - 1
         generated = torch.zeros(B, len(block), dtype=torch.bool, device=device)  # committed here, so re-maskable
         for block_step in range(final_step + 1):
             if should_stop():
@@ -244,7 +222,7 @@ def denoise(
                 steps_left = max(1, block_steps - block_step)
                 quota = remaining if last else (remaining + steps_left - 1) // steps_left  # [B]
                 sure = (p_token >= settings.threshold) & active  # [B, P]
-                if settings.defer_end and end_ids.numel():
+                if rules.defer_end and end_ids.numel():
                     # Content before pad: a model sure of the pad at the far end would otherwise
                     # close the span from the right before writing anything (the "EOS trap").
                     is_end = torch.isin(proposal, end_ids) & active
@@ -256,10 +234,10 @@ def denoise(
                     quota = torch.maximum(quota, sure.sum(1))
                 commit = kernels.select_commits(ranking, active, quota, impl)  # [B, P]
 
-                if settings.remask_below and not last:
+                if rules.remask_below and not last:
                     # Committed earlier, improbable under the fuller context now: back to mask.
                     p_now = logits.softmax(-1).gather(-1, tokens[..., None]).squeeze(-1)  # [B, P]
-                    weak = generated & (p_now < settings.remask_below)
+                    weak = generated & (p_now < rules.remask_below)
                     tokens = torch.where(weak, torch.full_like(tokens, mask_id), tokens)
                     generated &= ~weak
                 tokens = torch.where(commit, proposal, tokens)
@@ -269,7 +247,7 @@ def denoise(
                 guesses[:, block] = torch.where(still, proposal, tokens)
                 block_conf = confidence[:, block]
                 confidence[:, block] = torch.where(commit | (still & active), p_token, block_conf)
-                if settings.pad_ends_span and end_ids.numel():
+                if rules.pad_ends_span and end_ids.numel():
                     _pad_after_end(x, infill_slots, end_ids, mask_id, denoised, guesses)
             step += 1
             yield frame(step, total)
@@ -277,7 +255,7 @@ def denoise(
     yield frame(step, total, done=True)
 
 
-def _runs(denoiser, settings: SamplerSettings, block: list[int], previous: list[int] | None, T: int, device):
+def _runs(denoiser, settings: Sampling, block: list[int], previous: list[int] | None, T: int, device):
     """(positions a block step recomputes, positions the block's first step recomputes when the
     cache is refreshed block-wise, else None), sorted, as device tensors.
 
@@ -350,12 +328,12 @@ def _update_guesses(logits, x, positions, guesses, confidence, mask_id) -> None:
     confidence[:, positions] = torch.where(masked, p, confidence[:, positions])
 
 
-def _renoise_rewrites(denoiser: Denoiser, canvas: Canvas, settings: SamplerSettings, x: torch.Tensor, confidence: torch.Tensor, generator) -> None:
+def _renoise_rewrites(denoiser: Denoiser, canvas: Canvas, rules: LoopRules, x: torch.Tensor, confidence: torch.Tensor, generator) -> None:
     """Re-mask a share of each rewrite span's own tokens, least confident first (in place on x)."""
     rewrites = [(span, r) for span, r in zip(canvas.spans, canvas.slots) if span.mode == "rewrite" and len(r)]
     if not rewrites:
         return
-    if settings.rewrite_order == "confidence":
+    if rules.rewrite_order == "confidence":
         p_now = denoiser.logits(x).softmax(-1).gather(-1, x[..., None]).squeeze(-1)  # [B, T]
         confidence.copy_(p_now)  # the kept tokens show how sure the model was of them
     else:

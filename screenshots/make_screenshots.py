@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sharpen.app.config import Config, Sampling
+from sharpen.app.config import Config
 from sharpen.app.tui.editor_app import SharpenApp
 from sharpen.app.tui.editor_pane import PREVIEW, RUNNING
 from sharpen.app.tui.themes import load_themes
@@ -75,7 +75,7 @@ async def scene(name: str, config: Config, drive) -> None:
 
 
 async def main(model: str | None) -> None:
-    paced = Config(model=model, sampling=Sampling(steps=16, samples=2), min_step_ms=300)
+    paced = Config.of(model=model, steps=16, samples=2, min_step_ms=300)
 
     async def file_open(app, pilot):
         app.active_pane().editor.move_cursor((4, 4))
@@ -105,10 +105,10 @@ async def main(model: str | None) -> None:
         await pilot.press("alt+a")
         await until(pilot, lambda: pane.phase == RUNNING and pane.edit_run.stats is not None and pane.edit_run.stats.step >= 4)
 
-    await scene("editor", Config(model=model), file_open)
+    await scene("editor", Config.of(model=model), file_open)
     await scene("denoise-midway", paced, midway)
     await scene("finished-preview", paced, finished)
-    await scene("marked-regions", Config(model=model), marked)
+    await scene("marked-regions", Config.of(model=model), marked)
     await scene("parallel-fill", paced, parallel)
 
 

@@ -9,7 +9,7 @@ import speed  # noqa: E402
 
 from sharpen.core import canvas as canvas_mod  # noqa: E402
 from sharpen.core import engine  # noqa: E402
-from sharpen.core.sampler import SamplerSettings  # noqa: E402
+from sharpen.core.settings import Sampling  # noqa: E402
 from sharpen.core.spans import Span  # noqa: E402
 
 ITEMS = [
@@ -25,7 +25,7 @@ def _span_class(monkeypatch):
 
 def test_every_method_decodes_every_slot_and_rows_add_up(tiny_denoiser):
     methods = ["naive", "exact", "default", "default@block_size=2/refresh=block", "default@per_step=2", "ar", "ar-loop"]
-    rows = speed.run_methods(methods, tiny_denoiser, ITEMS, 64, SamplerSettings, engine, canvas_mod)
+    rows = speed.run_methods(methods, tiny_denoiser, ITEMS, 64, Sampling, engine, canvas_mod)
     tokens = sum(len(tiny_denoiser.tokenizer.encode(it.middle)) for it in ITEMS)
     assert list(rows) == methods
     for method, row in rows.items():
@@ -40,11 +40,11 @@ def test_every_method_decodes_every_slot_and_rows_add_up(tiny_denoiser):
 
 
 def test_method_settings_parse_changes_and_reject_unknown_fields():
-    settings = speed.method_settings("default@block_size=8/refresh=block/threshold=0.5", SamplerSettings)
-    assert (settings.block_size, settings.refresh, settings.threshold, settings.expected_length) == (8, "block", 0.5, False)
-    assert speed.method_settings("exact", SamplerSettings).cache == "none"
+    settings = speed.method_settings("default@block_size=8/refresh=block/threshold=0.5", Sampling)
+    assert (settings.block_size, settings.refresh, settings.threshold) == (8, "block", 0.5)
+    assert speed.method_settings("exact", Sampling).cache == "none"
     with pytest.raises(KeyError):
-        speed.method_settings("default@no_such_field=1", SamplerSettings)
+        speed.method_settings("default@no_such_field=1", Sampling)
 
 
 def test_parse_check_tells_broken_programs_apart():

@@ -9,7 +9,7 @@ import torch
 from checkpoints import write_tiny_sharpen
 from sharpen.core.engine import apply_edit
 from sharpen.core.loading import load_denoiser
-from sharpen.core.sampler import SamplerSettings
+from sharpen.core.settings import Sampling
 from sharpen.core.spans import Span
 
 TEXT = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    x = 1\n    y = 2\n"
@@ -24,7 +24,7 @@ def fresh_denoiser(tmp_path):
 
 @pytest.mark.parametrize("backend", ["eager", "inductor"])
 def test_compiled_edit_equals_eager(fresh_denoiser, backend):
-    settings = [SamplerSettings(), SamplerSettings(cache="none", schedule="fixed", steps=4)]
+    settings = [Sampling(), Sampling(cache="none", schedule="fixed", steps=4)]
     eager = [apply_edit(fresh_denoiser, TEXT, SPANS, s).text for s in settings]
     fresh_denoiser.compile("default", backend=backend)
     assert [apply_edit(fresh_denoiser, TEXT, SPANS, s).text for s in settings] == eager
@@ -69,10 +69,10 @@ def test_compiled_runs_write_into_static_cache_buffers(fresh_denoiser):
 def test_compiled_edits_in_a_row_reuse_the_cache_and_equal_eager(fresh_denoiser):
     # The kept cache still holds the previous run's keys: every run must overwrite it first.
     texts = [TEXT, TEXT.replace("a + b", "b + a"), TEXT]  # the same canvas length, other tokens
-    eager = [apply_edit(fresh_denoiser, t, SPANS, SamplerSettings()).text for t in texts]
+    eager = [apply_edit(fresh_denoiser, t, SPANS, Sampling()).text for t in texts]
     fresh_denoiser.compile("default")
     handed_out = []
     keep = fresh_denoiser.new_cache
     fresh_denoiser.new_cache = lambda batch, length: handed_out.append(keep(batch, length)) or handed_out[-1]
-    assert [apply_edit(fresh_denoiser, t, SPANS, SamplerSettings()).text for t in texts] == eager
+    assert [apply_edit(fresh_denoiser, t, SPANS, Sampling()).text for t in texts] == eager
     assert len(handed_out) == 3 and handed_out[0] is handed_out[1] is handed_out[2]

@@ -11,7 +11,6 @@ import json
 import shutil
 import subprocess
 import sys
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -120,10 +119,11 @@ def test_dream_shift_is_applied(ckpt):
     ("dream", "dream", ("input_layernorm", "post_attention_layernorm")),
 ])
 def test_broken_weight_map_fails_the_equivalence(ckpt, monkeypatch, name, family, swap):
-    good = families._REGISTRY[family]
+    good = next(f for f in families.FAMILIES if f.name == family)
     a, b = swap
     broken = {k.replace(a, "\0").replace(b, a).replace("\0", b): v for k, v in good.weight_map.items()}
-    monkeypatch.setitem(families._REGISTRY, family, dataclasses.replace(good, weight_map=broken))
+    swapped = tuple(dataclasses.replace(f, weight_map=broken) if f is good else f for f in families.FAMILIES)
+    monkeypatch.setattr(families, "FAMILIES", swapped)
     den = load_denoiser(ckpt[name])  # same names and shapes, so it loads...
     assert (den.model(IDS) - reference_logits(ckpt[name], IDS)).abs().max() > 1e-2  # ...and the test catches it
 
@@ -208,10 +208,11 @@ def test_hub_id_resolves_from_the_local_cache_only(ckpt, tmp_path):
 def test_dtype_float32_on_cpu_unless_asked(ckpt):
     from sharpen.app.model_choice import load_model
 
-    args = Namespace(model=str(ckpt["llada"]), device="cpu", dtype="auto", quiet=True)
-    assert load_model(args).model.embed.weight.dtype == torch.float32  # stored bf16, run float32 on CPU
-    args.dtype = "bfloat16"
-    assert load_model(args).model.embed.weight.dtype == torch.bfloat16
+    from sharpen.core.settings import ModelRequest
+
+    request = ModelRequest(model=str(ckpt["llada"]), device="cpu")
+    assert load_model(request).model.embed.weight.dtype == torch.float32  # stored bf16, run float32 on CPU
+    assert load_model(dataclasses.replace(request, dtype="bfloat16")).model.embed.weight.dtype == torch.bfloat16
 
 
 # -- bigger than one GPU ----------------------------------------------------------------------

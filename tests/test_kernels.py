@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("triton")
 
 from sharpen.core.engine import apply_edit
-from sharpen.core.sampler import SamplerSettings
+from sharpen.core.settings import Sampling
 from sharpen.core.spans import Span
 from sharpen.kernels import reference as R
 from sharpen.kernels import step, triton_step
@@ -87,9 +87,9 @@ def test_select_commits_matches_reference(B, P):
 def test_sampler_with_triton_kernels_matches_reference(tiny_denoiser):
     text = "def add(a, b):\n    return a + b\n"
     spans = [Span(4, 7, max_tokens=6), Span(19, 31, mode="rewrite")]
-    for settings in (SamplerSettings(), SamplerSettings(policy="margin", schedule="fixed", steps=3, block_size=4)):
-        ref = apply_edit(tiny_denoiser, text, spans, SamplerSettings(**{**settings.__dict__, "kernels": "reference"}))
-        fused = apply_edit(tiny_denoiser, text, spans, SamplerSettings(**{**settings.__dict__, "kernels": "triton"}))
+    for settings in (Sampling(), Sampling(policy="margin", schedule="fixed", steps=3, block_size=4)):
+        ref = apply_edit(tiny_denoiser, text, spans, Sampling(**{**settings.__dict__, "kernels": "reference"}))
+        fused = apply_edit(tiny_denoiser, text, spans, Sampling(**{**settings.__dict__, "kernels": "triton"}))
         assert fused.text == ref.text and fused.steps == ref.steps
 
 
@@ -108,4 +108,4 @@ def test_triton_on_a_cpu_without_the_interpreter_is_a_usage_error(monkeypatch, t
     with pytest.raises(ValueError, match="run on CUDA, not cpu"):
         step.choose("triton", torch.device("cpu"))
     with pytest.raises(UsageError, match="--kernels auto or reference"):
-        apply_edit(tiny_denoiser, "x = 1\n", [Span(4, 5)], SamplerSettings(kernels="triton"))
+        apply_edit(tiny_denoiser, "x = 1\n", [Span(4, 5)], Sampling(kernels="triton"))

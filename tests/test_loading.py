@@ -169,7 +169,7 @@ def test_on_meta_device_restores_weight_init_even_after_an_error():
 def test_bfloat16_model_runs_the_cached_path_like_float32(tiny_model_dir):
     # The GPU path runs bf16: its norm, rotary and cache code must hold up in that dtype too.
     from sharpen.core.engine import apply_edit
-    from sharpen.core.sampler import SamplerSettings
+    from sharpen.core.settings import Sampling
     from sharpen.core.spans import Span
 
     full = load_denoiser(tiny_model_dir)
@@ -183,6 +183,6 @@ def test_bfloat16_model_runs_the_cached_path_like_float32(tiny_model_dir):
     torch.testing.assert_close(cached, half.logits(x, want=want), atol=0.05, rtol=0.05)
     torch.testing.assert_close(cached, full.logits(x, want=want), atol=0.15, rtol=0.1)
     text = "def add(a, b):\n    return a + b\n"
-    for settings in (SamplerSettings(), SamplerSettings(cache="none", schedule="fixed")):
+    for settings in (Sampling(), Sampling(cache="none", schedule="fixed")):
         result = apply_edit(half, text, [Span(19, 31)], settings)
         assert result.text.startswith("def add(a, b):\n    ") and result.steps >= 1

@@ -7,7 +7,8 @@ import torch
 from sharpen.core.canvas import build_canvas
 from sharpen.core.engine import apply_edit, run_edit
 from sharpen.core.errors import Cancelled
-from sharpen.core.sampler import SamplerSettings, denoise
+from sharpen.core.sampler import LoopRules, denoise
+from sharpen.core.settings import Sampling
 from sharpen.core.spans import Span
 from sharpen.kernels import reference as K
 
@@ -15,16 +16,16 @@ TEXT = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    x = 1\r\n    y =
 SPANS = [Span(4, 7), Span(23, 31, mode="rewrite", strength=0.6), Span(48, 48, max_tokens=6)]
 
 SETTINGS = [
-    SamplerSettings(),
-    SamplerSettings(cache="none"),
-    SamplerSettings(cache="prefix", block_size=5, schedule="fixed", steps=6),
-    SamplerSettings(schedule="fixed", steps=3, policy="margin"),
-    SamplerSettings(policy="entropy", block_size=4),
-    SamplerSettings(policy="random", temperature=0.8, top_k=20, top_p=0.9, samples=3),
-    SamplerSettings(temperature=1.0, remask_below=0.05, block_size=8),
-    SamplerSettings(rewrite_order="random", schedule="fixed", steps=1),
-    SamplerSettings(block_size=3, refresh="block"),
-    SamplerSettings(cache="prefix", block_size=4, refresh="block", samples=2, temperature=0.5),
+    Sampling(),
+    Sampling(cache="none"),
+    Sampling(cache="prefix", block_size=5, schedule="fixed", steps=6),
+    Sampling(schedule="fixed", steps=3, policy="margin"),
+    Sampling(policy="entropy", block_size=4),
+    Sampling(policy="random", temperature=0.8, top_k=20, top_p=0.9, samples=3),
+    (Sampling(temperature=1.0, block_size=8), LoopRules(remask_below=0.05)),
+    (Sampling(schedule="fixed", steps=1), LoopRules(rewrite_order="random")),
+    Sampling(block_size=3, refresh="block"),
+    Sampling(cache="prefix", block_size=4, refresh="block", samples=2, temperature=0.5),
 ]
 
 
@@ -48,9 +49,14 @@ def outside(text, spans):
     return [text[a:b] for a, b in zip(cuts[::2], cuts[1::2])]
 
 
-@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: f"{s.policy}-{s.schedule}-{s.cache}-{s.block_size}-{s.samples}-{s.refresh}")
-def test_every_mask_is_resolved_and_only_spans_change(tiny_denoiser, settings):
-    frames = list(run_edit(tiny_denoiser, TEXT, SPANS, settings))
+def _pair(case):  # a SETTINGS entry: Sampling, or (Sampling, LoopRules)
+    return case if isinstance(case, tuple) else (case, LoopRules())
+
+
+@pytest.mark.parametrize("case", SETTINGS, ids=lambda c: "-".join(str(v) for v in (*dataclasses.astuple(_pair(c)[0]), *dataclasses.astuple(_pair(c)[1]))))
+def test_every_mask_is_resolved_and_only_spans_change(tiny_denoiser, case):
+    settings, rules = _pair(case)
+    frames = list(run_edit(tiny_denoiser, TEXT, SPANS, settings, rules=rules))
     assert frames[-1].done and all(not f.done for f in frames[:-1])
     final = frames[-1].frame
     assert final.masked == 0
@@ -64,12 +70,12 @@ def test_every_mask_is_resolved_and_only_spans_change(tiny_denoiser, settings):
     assert len(result.samples) == settings.samples
     assert all(len(r.alternatives) == settings.samples for r in result.spans)
     # Steps never exceed the plan (or twice it with error correction).
-    cap = final.total_steps * (2 if settings.remask_below else 1)
+    cap = final.total_steps * (2 if rules.remask_below else 1)
     assert 1 <= result.steps <= cap
 
 
 def test_frames_show_progress_step_by_step(tiny_denoiser):
-    frames = [f.frame for f in run_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=10)], SamplerSettings(schedule="fixed"))]
+    frames = [f.frame for f in run_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=10)], Sampling(schedule="fixed"))]
     masked = [f.masked for f in frames]
     assert masked[0] == 10 and masked[-1] == 0
     assert masked == sorted(masked, reverse=True)
@@ -81,24 +87,24 @@ def test_frames_show_progress_step_by_step(tiny_denoiser):
 
 
 def test_fixed_schedule_uses_the_step_budget(tiny_denoiser):
-    result = apply_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=12)], SamplerSettings(schedule="fixed", steps=4))
+    result = apply_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=12)], Sampling(schedule="fixed", steps=4))
     assert result.steps == 4
 
 
 def test_threshold_commits_in_parallel(tiny_denoiser):
     # A threshold every proposal clears commits a whole block in one step.
-    result = apply_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=12)], SamplerSettings(threshold=1e-9, block_size=None))
+    result = apply_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=12)], Sampling(threshold=1e-9, block_size=0))
     assert result.steps == 1
-    blocks = apply_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=12)], SamplerSettings(threshold=1e-9, block_size=5))
+    blocks = apply_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=12)], Sampling(threshold=1e-9, block_size=5))
     assert blocks.steps == 3
 
 
 def test_same_seed_same_result_other_seed_differs(tiny_denoiser):
-    settings = SamplerSettings(temperature=1.5, seed=7, samples=2)
+    settings = Sampling(temperature=1.5, seed=7, samples=2)
     a = apply_edit(tiny_denoiser, TEXT, SPANS, settings)
     b = apply_edit(tiny_denoiser, TEXT, SPANS, settings)
     assert a.samples == b.samples
-    others = {apply_edit(tiny_denoiser, TEXT, SPANS, SamplerSettings(temperature=1.5, seed=s)).text for s in range(1, 5)}
+    others = {apply_edit(tiny_denoiser, TEXT, SPANS, Sampling(temperature=1.5, seed=s)).text for s in range(1, 5)}
     assert len(others | {a.text}) > 1
 
 
@@ -110,7 +116,7 @@ def test_cancelled_before_the_first_step_raises_in_apply_edit(tiny_denoiser):
 def test_cancel_flag_stops_a_running_iterator(tiny_denoiser):
     stop = []
     frames = []
-    for f in run_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=16)], SamplerSettings(schedule="fixed"), should_stop=lambda: bool(stop)):
+    for f in run_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=16)], Sampling(schedule="fixed"), should_stop=lambda: bool(stop)):
         frames.append(f)
         if len(frames) == 2:
             stop.append(True)
@@ -138,8 +144,8 @@ def test_pad_and_eos_are_deleted_from_infill(tiny_denoiser):
 
     from sharpen.core import engine
 
-    keep_all_slots = SamplerSettings(expected_length=False)  # see test_infill_length_is_the_expected_length
-    result = engine.apply_edit(PadEveryOther(tiny_denoiser), TEXT, [Span(4, 7, max_tokens=6)], keep_all_slots)
+    keep_all_slots = LoopRules(expected_length=False)  # see test_infill_length_is_the_expected_length
+    result = engine.apply_edit(PadEveryOther(tiny_denoiser), TEXT, [Span(4, 7, max_tokens=6)], rules=keep_all_slots)
     assert result.spans[0].text == "xx"
     assert result.text == TEXT[:4] + "xx" + TEXT[7:]
     assert result.spans[0].tokens == 2
@@ -149,7 +155,7 @@ def test_rewrite_remasks_the_least_confident_share(tiny_denoiser):
     tok = tiny_denoiser.tokenizer
     span = Span(23, 31, mode="rewrite", strength=0.5)
     canvas = build_canvas(TEXT, [span], tok, tiny_denoiser.spec.mask_id, 1024, tiny_denoiser.max_len)
-    first = next(denoise(tiny_denoiser, canvas, SamplerSettings()))
+    first = next(denoise(tiny_denoiser, canvas, Sampling()))
     n = len(canvas.slots[0])
     assert first.masked == -(-n // 2)  # ceil(strength * n) re-noised, the rest kept as the draft
     kept = [t for t in first.spans[0].tokens if t is not None]
@@ -163,7 +169,7 @@ def test_rewrite_remasks_the_least_confident_share(tiny_denoiser):
 
 def test_crlf_documents_get_crlf_infills(tiny_denoiser):
     text = "a = 1\r\nb = 2\r\nc = 3\r\n"
-    result = apply_edit(tiny_denoiser, text, [Span(7, 12, max_tokens=12)], SamplerSettings(temperature=2.0, seed=3))
+    result = apply_edit(tiny_denoiser, text, [Span(7, 12, max_tokens=12)], Sampling(temperature=2.0, seed=3))
     body = result.spans[0].text
     assert "\n" not in body.replace("\r\n", "")
 
@@ -210,8 +216,8 @@ def test_cached_chunks_match_a_full_pass_on_an_unchanged_canvas(tiny_denoiser, s
 def test_one_block_single_step_is_identical_with_and_without_cache(tiny_denoiser):
     # The first step of a block runs the whole canvas either way: results must agree exactly.
     spans = [Span(4, 7, max_tokens=8), Span(48, 48, max_tokens=4)]
-    a = apply_edit(tiny_denoiser, TEXT, spans, SamplerSettings(cache="none", steps=1, schedule="fixed"))
-    b = apply_edit(tiny_denoiser, TEXT, spans, SamplerSettings(cache="dual", steps=1, schedule="fixed"))
+    a = apply_edit(tiny_denoiser, TEXT, spans, Sampling(cache="none", steps=1, schedule="fixed"))
+    b = apply_edit(tiny_denoiser, TEXT, spans, Sampling(cache="dual", steps=1, schedule="fixed"))
     assert a.text == b.text
 
 
@@ -250,14 +256,14 @@ def test_a_committed_pad_ends_the_infill_span(tiny_denoiser):
     text = "abc def ghi"
     span = Span(4, 7, max_tokens=8)
     first_slot = build_canvas(text, [span], tok, spec.mask_id, 1024, tiny_denoiser.max_len).slots[0].start
-    fixed = SamplerSettings(schedule="fixed", cache="none", defer_end=False, expected_length=False)
-    result = apply_edit(EarlyPad(tiny_denoiser), text, [span], fixed)
+    fixed = Sampling(schedule="fixed", cache="none")
+    result = apply_edit(EarlyPad(tiny_denoiser), text, [span], fixed, rules=LoopRules(defer_end=False, expected_length=False))
     assert result.spans[0].text == "qq"
     assert result.steps == 3  # pad first (fills the 5 slots after it), then one 'q' per step
-    holes = apply_edit(EarlyPad(tiny_denoiser), text, [span], SamplerSettings(schedule="fixed", cache="none", pad_ends_span=False, defer_end=False, expected_length=False))
+    holes = apply_edit(EarlyPad(tiny_denoiser), text, [span], fixed, rules=LoopRules(pad_ends_span=False, defer_end=False, expected_length=False))
     assert holes.spans[0].text == "q" * 7 and holes.steps == 8
     # Deferring pads: content is written first, the confident pad commits last.
-    deferred = apply_edit(EarlyPad(tiny_denoiser), text, [span], SamplerSettings(schedule="fixed", cache="none", expected_length=False))
+    deferred = apply_edit(EarlyPad(tiny_denoiser), text, [span], fixed, rules=LoopRules(expected_length=False))
     assert deferred.spans[0].text == "q" * 7 and deferred.steps == 8
 
 
@@ -280,12 +286,12 @@ def test_infill_length_is_the_expected_length(tiny_denoiser):
     text = "abc def ghi"
     span = Span(4, 7, max_tokens=8)
     first_slot = build_canvas(text, [span], tok, spec.mask_id, 1024, tiny_denoiser.max_len).slots[0].start
-    frames = list(run_edit(Graded(tiny_denoiser), text, [span], SamplerSettings(cache="none")))
+    frames = list(run_edit(Graded(tiny_denoiser), text, [span], Sampling(cache="none")))
     start = frames[0].frame.spans[0].tokens
     assert start[:5] == (None,) * 5 and start[5:] == (spec.pad_id,) * 3  # decided before any content
     assert frames[-1].result.spans[0].text == "q" * 5
     # Off: pads are deferred behind content, so the slots where pad was likely still get 'q'.
-    off = apply_edit(Graded(tiny_denoiser), text, [span], SamplerSettings(cache="none", expected_length=False))
+    off = apply_edit(Graded(tiny_denoiser), text, [span], Sampling(cache="none"), rules=LoopRules(expected_length=False))
     assert off.spans[0].text == "q" * 8
 
 
@@ -301,8 +307,9 @@ def test_an_infill_is_never_empty_even_when_the_model_wants_pad_everywhere(tiny_
             out[..., spec.pad_id] = 10.0  # pad is by far the best guess at every slot
             return out
 
-    for settings in (SamplerSettings(), SamplerSettings(expected_length=False), SamplerSettings(cache="none", defer_end=False)):
-        assert apply_edit(PadLover(tiny_denoiser), "abc def ghi", [Span(4, 7, max_tokens=8)], settings).spans[0].text == "q"
+    variants = [(Sampling(), LoopRules()), (Sampling(), LoopRules(expected_length=False)), (Sampling(cache="none"), LoopRules(defer_end=False))]
+    for settings, rules in variants:
+        assert apply_edit(PadLover(tiny_denoiser), "abc def ghi", [Span(4, 7, max_tokens=8)], settings, rules=rules).spans[0].text == "q"
 
 
 @pytest.mark.parametrize("cache", ["dual", "prefix"])
@@ -321,10 +328,11 @@ def test_block_refresh_recomputes_only_the_finished_and_the_new_block(tiny_denoi
             return self.inner.logits(ids, want=want, run=run, cache=cache)
 
     span = Span(48, 48, max_tokens=9)
-    settings = SamplerSettings(block_size=3, cache=cache, schedule="fixed", expected_length=False, refresh="canvas")
+    settings = Sampling(block_size=3, cache=cache, schedule="fixed", refresh="canvas")
     canvas_spy, block_spy = Spy(tiny_denoiser), Spy(tiny_denoiser)
-    a = apply_edit(canvas_spy, TEXT, [span], settings)
-    b = apply_edit(block_spy, TEXT, [span], dataclasses.replace(settings, refresh="block"))
+    same_length = LoopRules(expected_length=False)
+    a = apply_edit(canvas_spy, TEXT, [span], settings, rules=same_length)
+    b = apply_edit(block_spy, TEXT, [span], dataclasses.replace(settings, refresh="block"), rules=same_length)
     assert a.text and b.text
     assert sum(run is None for run, _ in canvas_spy.calls) == 3  # one whole-canvas pass per block
     assert sum(run is None for run, _ in block_spy.calls) == 1
@@ -341,7 +349,7 @@ def test_block_refresh_recomputes_only_the_finished_and_the_new_block(tiny_denoi
 
 
 @pytest.mark.parametrize("lengths", [(1,), (5,), (12,), (20,), (64,), (3, 10), (9, 0, 17, 2)])
-@pytest.mark.parametrize("block_size", [None, 1, 3, 8])
+@pytest.mark.parametrize("block_size", [0, 1, 3, 8])
 @pytest.mark.parametrize("steps", [None, 1, 4, 7, 100])
 def test_step_budget_is_split_over_blocks_exactly(lengths, block_size, steps):
     from sharpen.core.sampler import _plan
@@ -350,7 +358,7 @@ def test_step_budget_is_split_over_blocks_exactly(lengths, block_size, steps):
     for n in lengths:  # slot ranges with gaps between them, as on a canvas
         spans.append(range(start, start + n))
         start += n + 4
-    plan = _plan(spans, SamplerSettings(block_size=block_size, steps=steps), "cpu")
+    plan = _plan(spans, Sampling(block_size=block_size, steps=steps), "cpu")
     positions = [p for _, _, block in plan for p in block]
     assert sorted(positions) == [p for r in spans for p in r]  # every slot once
     assert all(block == sorted(block) for _, _, block in plan)
@@ -367,7 +375,7 @@ HOST_SYNCS = {"__bool__", "item", "tolist", "__int__", "__float__", "__index__",
 
 
 @pytest.mark.parametrize("shift", [False, True])
-@pytest.mark.parametrize("settings", [SamplerSettings(), SamplerSettings(refresh="canvas", cache="prefix"), SamplerSettings(cache="none")])
+@pytest.mark.parametrize("settings", [Sampling(), Sampling(refresh="canvas", cache="prefix"), Sampling(cache="none")])
 def test_a_step_reads_the_device_once(tiny_denoiser, settings, shift):
     # On a GPU every host read of a tensor stalls the launch queue; the loop reads one flag per
     # step ("block finished?"): what a cached step recomputes is decided on the host once per
@@ -389,7 +397,7 @@ def test_a_step_reads_the_device_once(tiny_denoiser, settings, shift):
     canvas = build_canvas(text, [Span(19, 31, max_tokens=20)], den.tokenizer, den.spec.mask_id, 64, den.max_len)
     marks = []
     with CountHostReads():
-        for frame in denoise(den, canvas, dataclasses.replace(settings, expected_length=False, block_size=8)):
+        for frame in denoise(den, canvas, dataclasses.replace(settings, block_size=8), rules=LoopRules(expected_length=False)):
             if frame.done:
                 break
             marks.append(len(calls))

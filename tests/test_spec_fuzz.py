@@ -153,11 +153,11 @@ def test_file_round_trip_keeps_every_byte_outside_the_spans(case):
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_engine_round_trip_on_random_files(tiny_denoiser, case, seed):
     from sharpen.core.engine import apply_edit
-    from sharpen.core.sampler import SamplerSettings
+    from sharpen.core.settings import Sampling
 
     data, text, _, ranges, _ = case
     spans = validate_spans(text, [Span(s.start, s.end, max_tokens=3, label=s.label) for s in parse_spec(",".join(ranges), text)])
-    result = apply_edit(tiny_denoiser, text, spans, SamplerSettings(steps=2, seed=seed), context_tokens=64)
+    result = apply_edit(tiny_denoiser, text, spans, Sampling(steps=2, seed=seed), context_tokens=64)
     cursor, pos = 0, 0
     for span, span_result in zip(spans, result.spans):
         assert result.text[pos:pos + span.start - cursor] == text[cursor:span.start]

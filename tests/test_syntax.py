@@ -16,7 +16,7 @@ from sharpen.core.canvas import build_canvas
 from sharpen.core.denoiser import ModelSpec
 from sharpen.core.engine import apply_edit
 from sharpen.core.length import AdaptiveLength, filled_up, next_budgets, start_budget
-from sharpen.core.sampler import SamplerSettings
+from sharpen.core.settings import Sampling
 from sharpen.core.spans import Span
 from sharpen.core.syntax import (PLAIN, Offsets, body_range, detect_language, enclosing, error_count, expand,
                                  parse_document, shrink)
@@ -211,13 +211,13 @@ def test_engine_ranks_the_parsing_candidate_first_over_a_more_confident_broken_o
 
     spans = [Span(point, point)]
     fake = scripted(tiny_denoiser, text, spans, plan, script)
-    result = apply_edit(fake, text, spans, SamplerSettings(cache="none"), candidates=plan)
+    result = apply_edit(fake, text, spans, Sampling(cache="none"), candidates=plan)
     texts = [c.texts[0] for c in result.candidates]
     assert texts == [" + 1", " +("]  # the parsing one first, though less confident
     assert result.spans[0].alternatives == tuple(texts)
     assert result.candidates[0].parses and not result.candidates[1].parses
     assert result.candidates[1].confidence > result.candidates[0].confidence
-    by_confidence = apply_edit(fake, text, spans, SamplerSettings(cache="none"), candidates=CandidatePlan(
+    by_confidence = apply_edit(fake, text, spans, Sampling(cache="none"), candidates=CandidatePlan(
         point_lengths=plan.point_lengths, language="python", syntax=False))
     assert by_confidence.spans[0].text == " +("  # without the parse check, confidence alone decides
 
@@ -238,7 +238,7 @@ def test_candidates_on_the_tiny_model_keep_the_text_outside_the_span(tiny_denois
     text = "def f(x):\n    return x\n\n\nclass P:\n    y = 1\n"
     spans = [Span(21, 22), Span(43, 43)]
     plan = CandidatePlan(scales=(1, 2), point_lengths=(4, 8), language="python")
-    result = apply_edit(tiny_denoiser, text, spans, SamplerSettings(samples=2, temperature=1.0, steps=4), candidates=plan)
+    result = apply_edit(tiny_denoiser, text, spans, Sampling(samples=2, temperature=1.0, steps=4), candidates=plan)
     assert result.candidates and len(result.samples) == len(result.candidates) == len({c.text for c in result.candidates})
     if any(c.parses for c in result.candidates):
         assert result.candidates[0].parses
@@ -253,11 +253,11 @@ def test_exact_rows_hold_their_length_even_when_the_model_wants_pad(tiny_denoise
     spans = [Span(6, 6)]
     plan = CandidatePlan(point_lengths=(2, 3, 5), exact=True, syntax=False)
     fake = scripted(tiny_denoiser, text, spans, plan, lambda key, k: (pad, 0.99))
-    padded = apply_edit(fake, text, spans, SamplerSettings(cache="none"), candidates=replace(plan, exact=False))
+    padded = apply_edit(fake, text, spans, Sampling(cache="none"), candidates=replace(plan, exact=False))
     # Every row ends after its first slot (which never takes pad: no trained span is empty), so
     # all rows hold the same single token: one distinct candidate.
     assert len(tiny_denoiser.tokenizer.encode(padded.spans[0].text)) == 1 and len(padded.candidates) == 1
-    exact = apply_edit(fake, text, spans, SamplerSettings(cache="none"), candidates=plan)
+    exact = apply_edit(fake, text, spans, Sampling(cache="none"), candidates=plan)
     assert sorted(c.lengths[0] for c in exact.candidates) == [2, 3, 5]
     for c in exact.candidates:
         assert len(tiny_denoiser.tokenizer.encode(c.texts[0])) == c.lengths[0]
@@ -288,7 +288,7 @@ def test_adaptive_length_grows_while_the_span_fills_up_and_stops_at_pad(tiny_den
         return word, 0.95  # never pads: every budget fills up
 
     fake = scripted(tiny_denoiser, text, spans, CandidatePlan(), endless)
-    result = apply_edit(fake, text, spans, SamplerSettings(cache="none", schedule="fixed", steps=4, block_size=None), length="adaptive")
+    result = apply_edit(fake, text, spans, Sampling(cache="none", schedule="fixed", steps=4, block_size=0), length="adaptive")
     assert result.spans[0].tokens == 64  # 16 -> 32 -> 64: three rounds, the most allowed
     assert result.steps == 12 and result.spans[0].span == spans[0]
 
@@ -296,9 +296,9 @@ def test_adaptive_length_grows_while_the_span_fills_up_and_stops_at_pad(tiny_den
         return (word, 0.95) if k < 5 else (pad, 0.9)
 
     fake.script = five
-    result = apply_edit(fake, text, spans, SamplerSettings(cache="none", schedule="fixed", steps=4, block_size=None), length="adaptive")
+    result = apply_edit(fake, text, spans, Sampling(cache="none", schedule="fixed", steps=4, block_size=0), length="adaptive")
     assert result.spans[0].tokens == 5 and result.steps <= 4  # one round: the model wrote pad after 5 tokens
-    fixed = apply_edit(fake, text, spans, SamplerSettings(cache="none"))
+    fixed = apply_edit(fake, text, spans, Sampling(cache="none"))
     assert fixed.spans[0].tokens == 5  # fixed length also shrinks by the pads
 
 
@@ -306,7 +306,7 @@ def test_adaptive_with_candidates_on_the_tiny_model(tiny_denoiser):
     text = "def f(x):\n    return x\n"
     spans = [Span(21, 22), Span(4, 5, mode="rewrite")]
     plan = CandidatePlan(scales=(0.5, 1), language="python")
-    result = apply_edit(tiny_denoiser, text, spans, SamplerSettings(steps=4), candidates=plan, length="adaptive")
+    result = apply_edit(tiny_denoiser, text, spans, Sampling(steps=4), candidates=plan, length="adaptive")
     assert [r.span for r in result.spans] == sorted(spans, key=lambda s: s.start)
     assert result.text.startswith("def ") and result.steps >= 1
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from textual.command import CommandList
 
-from sharpen.app.config import Config, Sampling, parse_config
+from sharpen.app.config import Config, parse_config
 from sharpen.app.tui.commands import COMMANDS
 from sharpen.app.tui.confirm_screen import ConfirmScreen
 from sharpen.app.tui.editor_app import SharpenApp
@@ -20,8 +20,8 @@ from sharpen.app.tui.messages import ModelLoaded
 from sharpen.app.tui.themes import load_themes
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "fizzbuzz.py"
-FAST = Config(sampling=Sampling(steps=4), frame_rate=60)
-SLOW = Config(sampling=Sampling(steps=8), min_step_ms=250)  # a run that lasts long enough to interrupt
+FAST = Config.of(steps=4, frame_rate=60)
+SLOW = Config.of(steps=8, min_step_ms=250)  # a run that lasts long enough to interrupt
 SIZE = (100, 32)
 
 
@@ -139,7 +139,7 @@ async def test_escape_cancels_a_running_edit_at_once(example, tiny_denoiser):
 
 
 async def test_quitting_during_a_run_stops_it(example, tiny_denoiser):
-    app = make_app([example], Config(sampling=Sampling(steps=8), min_step_ms=2000))
+    app = make_app([example], Config.of(steps=8, min_step_ms=2000))
     async with app.run_test(size=SIZE) as pilot:
         await with_model(app, pilot, tiny_denoiser)
         pane = app.active_pane()
@@ -269,12 +269,12 @@ async def test_model_loads_in_the_background(example, tiny_model_dir, monkeypatc
 
     gate = threading.Event()
 
-    def slow_load(config, post, cli_args=None):  # holds the load until the test has typed
+    def slow_load(request, post):  # holds the load until the test has typed
         gate.wait(30)
-        model_runner.load_model(config, post, cli_args)
+        model_runner.load_model(request, post)
 
     monkeypatch.setattr(editor_app, "load_model", slow_load)
-    app = SharpenApp([example], Config(model=str(tiny_model_dir), device="cpu"), load_themes(None))
+    app = SharpenApp([example], Config.of(model=str(tiny_model_dir), device="cpu"), load_themes(None))
     async with app.run_test(size=SIZE) as pilot:
         assert app.status.model == "loading model…" and app.denoiser is None
         await pilot.press("z")  # the editor works while the model loads
@@ -285,7 +285,7 @@ async def test_model_loads_in_the_background(example, tiny_model_dir, monkeypatc
 
 
 async def test_a_model_that_fails_to_load_leaves_a_working_editor(example, tmp_path):
-    app = SharpenApp([example], Config(model=str(tmp_path / "missing")), load_themes(None))
+    app = SharpenApp([example], Config.of(model=str(tmp_path / "missing")), load_themes(None))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.model_error is not None, timeout=60)
         assert app.status.model == "model unavailable" and app.status.model_failed

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sharpen.app.config import Config, Sampling
+from sharpen.app.config import Config
 from sharpen.app.tui.commands import COMMANDS
 from sharpen.app.tui.confirm_screen import ConfirmScreen
 from sharpen.app.tui.editor_app import BINDINGS, SharpenApp
@@ -25,7 +25,7 @@ from sharpen.core.recovery import RecoveryStore
 from sharpen.core.syntax import body_range, parse_document
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "fizzbuzz.py"
-FAST = Config(sampling=Sampling(steps=4), frame_rate=60)
+FAST = Config.of(steps=4, frame_rate=60)
 SIZE = (110, 32)
 
 
@@ -270,7 +270,7 @@ async def test_fill_body_masks_the_function_body_and_accepts_in_one_undo_step(ex
 
 
 async def test_candidates_rank_parsing_infills_first_and_cycle(example, tiny_denoiser):
-    config = Config(sampling=Sampling(steps=4, candidates=3), frame_rate=60)
+    config = Config.of(steps=4, candidates=3, frame_rate=60)
     app = make_app([example], config)
     async with app.run_test(size=SIZE) as pilot:
         await with_model(app, pilot, tiny_denoiser)

@@ -36,7 +36,7 @@ import torch
 
 from sharpen.core.engine import apply_edit
 from sharpen.core.loading import load_denoiser
-from sharpen.core.sampler import SamplerSettings
+from sharpen.core.settings import Sampling
 from sharpen.core.spans import Span
 
 from .data import read_jsonl, token_stream
@@ -88,7 +88,7 @@ def unigram_accuracy(denoiser, train_stream: torch.Tensor, texts: list[str]) -> 
 
 # ---- infill through the engine -----------------------------------------------------------
 
-def infill(denoiser, text: str, start: int, end: int, max_tokens: int, settings: SamplerSettings) -> str:
+def infill(denoiser, text: str, start: int, end: int, max_tokens: int, settings: Sampling) -> str:
     span = Span(start, end, "infill", max_tokens=max(1, min(max_tokens, denoiser.max_len // 2)))
     return apply_edit(denoiser, text, [span], settings).spans[0].text
 
@@ -130,7 +130,7 @@ def reindent(line: str, text: str, start: int) -> str:
     return " " * indent + line + "\n"
 
 
-def line_infill(denoiser, texts: list[str], n: int, frequent: str, settings: SamplerSettings) -> dict:
+def line_infill(denoiser, texts: list[str], n: int, frequent: str, settings: Sampling) -> dict:
     """Exact match (em_*) and edit similarity (es_*) of infilled held-out lines."""
     cases = heldout_lines(texts, n)
     scores = collections.Counter()
@@ -172,7 +172,7 @@ def passes(problem: dict, completion: str, timeout: float = 5.0) -> bool:
     return result.returncode == 0
 
 
-def humaneval(denoiser, kind: str, limit: int | None, frequent: str, settings: SamplerSettings) -> dict:
+def humaneval(denoiser, kind: str, limit: int | None, frequent: str, settings: Sampling) -> dict:
     problems = evenly(load_humaneval(kind), limit)
     scores = collections.Counter()
     started = time.perf_counter()
@@ -245,7 +245,7 @@ def main(argv=None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
     torch.set_num_threads(args.threads)
     denoiser = load_denoiser(args.model)
-    settings = SamplerSettings()  # the app's defaults: greedy, confidence order, threshold commits
+    settings = Sampling()  # the app's defaults: greedy, confidence order, threshold commits
     if not (args.corpus / "heldout.jsonl").exists():
         sys.exit(f"evaluate: no corpus in {args.corpus}; build it first: python -m train.corpus")
     train_texts = [r["text"] for r in read_jsonl(args.corpus / "train.jsonl")]

@@ -34,7 +34,7 @@ class EditActions:
         if pane is None:
             return
         start, end = pane.editor.selected_offsets()
-        budget = self.config.infill_tokens if start == end else None  # a selection sizes its own slots
+        budget = self.config.editing.infill_tokens if start == end else None  # a selection sizes its own slots
         pane.start([Span(start, end, "infill", max_tokens=budget)], self.denoiser, self.config)
 
     def action_rewrite(self) -> None:

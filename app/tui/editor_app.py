@@ -93,13 +93,12 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
     """
 
     def __init__(self, files: list[Path], config: Config = Config(), themes: dict[str, LoadedTheme] | None = None,
-                 load_model_on_start: bool = True, cli_args=None, config_path: Path | None = None) -> None:
+                 load_model_on_start: bool = True, config_path: Path | None = None) -> None:
         super().__init__()
-        self.cli_args = cli_args  # the command line's model options (--dtype, --trust-remote-code, ...)
         self.files, self.config, self.loaded_themes = files, config, themes or {}
         self.denoiser = None
         self.model_error: str | None = None  # set when loading failed: the model is unavailable
-        self.strength = config.rewrite_strength
+        self.strength = config.editing.strength
         self.load_model_on_start = load_model_on_start
         self._buffer_ids = 0
         self._footer_phase = IDLE
@@ -116,8 +115,8 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
         for loaded in self.loaded_themes.values():
             self.register_theme(loaded.app_theme)
         self.theme_changed_signal.subscribe(self, self._apply_syntax_theme)
-        if self.config.theme in self.available_themes:
-            self.theme = self.config.theme
+        if self.config.editor.theme in self.available_themes:
+            self.theme = self.config.editor.theme
         self.recovery_start()
         buffers = []
         for path in self.files:
@@ -144,7 +143,7 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
 
     async def add_buffer(self, buffer: BufferFile, activate: bool = True) -> EditorPane:
         self._buffer_ids += 1
-        pane = EditorPane(buffer, None, soft_wrap=self.config.soft_wrap, id=f"buffer-{self._buffer_ids}")
+        pane = EditorPane(buffer, None, soft_wrap=self.config.editor.soft_wrap, id=f"buffer-{self._buffer_ids}")
         tabs = self.query_one(TabbedContent)
         await tabs.add_pane(TabPane(buffer.name, pane, id=f"tab-{self._buffer_ids}"))
         pane.register_syntax_theme(syntax_theme_for(self.current_theme, self.loaded_themes))
@@ -197,7 +196,7 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
 
     def start_model_loading(self) -> None:
         self.status.model = "loading model…"
-        self.run_worker(partial(load_model, self.config, self.post_message, self.cli_args), thread=True, group="model", exit_on_error=False)
+        self.run_worker(partial(load_model, self.config.model, self.post_message), thread=True, group="model", exit_on_error=False)
 
     def on_model_loaded(self, message: ModelLoaded) -> None:
         self.denoiser, self.model_error = message.denoiser, None
@@ -305,23 +304,18 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
             status.run = ""
 
 
-def run_editor(args) -> int:
-    """Entry point from `sharpen FILE...` (app/cli.py): config, themes, then the app."""
-    from ..cli import build_parser
-    from ..config import load_config, merge_args, user_themes_dir
+def run_editor(files: list[Path], config: Config, config_path: Path | None = None) -> int:
+    """Entry point from `sharpen FILE...` (app/cli.py, which layered the settings): themes, then the app."""
+    from ..config import user_themes_dir
     from .themes import load_themes
 
-    config_path = Path(args.config).expanduser() if getattr(args, "config", None) else None
-    parser = build_parser()
-    defaults = {action.dest: action.default for action in parser._actions}
-    config = merge_args(load_config(config_path), args, defaults)
     themes = load_themes(user_themes_dir(config_path))
     known = sorted(set(themes) | set(BUILTIN_THEMES))
-    if config.theme not in known:
-        raise UsageError(f"unknown theme {config.theme!r}; known: {', '.join(known)}")
-    if "-" in args.files:
+    if config.editor.theme not in known:
+        raise UsageError(f"unknown theme {config.editor.theme!r}; known: {', '.join(known)}")
+    if Path("-") in files:
         raise UsageError("the editor cannot open stdin (-); use --apply-edit for pipes")
-    app = SharpenApp([Path(f) for f in args.files], config, themes, cli_args=args, config_path=config_path)
+    app = SharpenApp(files, config, themes, config_path=config_path)
     app.handle_signals = True  # SIGTERM / SIGHUP: write recovery copies, then exit
     app.run()
     return app.return_code or 0

@@ -102,7 +102,7 @@ class EditorPane(Container):
         self._stop_run()
         self.edit_run = Run(next(_run_ids), self.editor.buffer_text, tuple(spans), threading.Event())
         path = str(self.editor.buffer.path) if self.editor.buffer.path else None
-        job = EditJob(self.edit_run.id, self.edit_run.text, self.edit_run.spans, config.sampling, config.frame_rate, config.min_step_ms, path)
+        job = EditJob(self.edit_run.id, self.edit_run.text, self.edit_run.spans, config.sampling, config.editing, config.editor.frame_rate, config.editor.min_step_ms, path)
         self.notice = "starting…"
         self._frames_shown = 0
         self._set_phase(RUNNING)

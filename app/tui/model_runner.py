@@ -9,12 +9,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Callable
 
 from ...core.errors import SharpenError
+from ...core.settings import Editing, ModelRequest, Sampling
 from ...core.spans import Span
-from ..config import Config, Sampling
 from .messages import EditCancelled, EditFailed, EditFinished, EditProgress, ModelFailed, ModelLoaded, RunStats
 from .preview import Piece, span_pieces
 
@@ -25,21 +24,13 @@ log = logging.getLogger(__name__)
 MODEL_LOCK = threading.Lock()
 
 
-def model_arguments(config: Config, cli_args=None) -> SimpleNamespace:
-    """What model_choice.load_model reads: the command line's model options, the config's model/device/dtype."""
-    args = SimpleNamespace(**vars(cli_args)) if cli_args is not None else SimpleNamespace()
-    args.model, args.device, args.dtype = config.model, config.device, config.dtype
-    args.quiet = True  # a device plan printed on stderr would land on top of the screen
-    return args
-
-
-def load_model(config: Config, post: Callable, cli_args=None) -> None:
-    """Load the configured checkpoint (None: the embedded model) and post the outcome."""
+def load_model(request: ModelRequest, post: Callable) -> None:
+    """Load the requested checkpoint (None: the embedded model) and post the outcome."""
     started = time.perf_counter()
     try:
         from ..model_choice import load_model as load
 
-        denoiser = load(model_arguments(config, cli_args))
+        denoiser = load(request, quiet=True)  # a device plan printed on stderr would land on top of the screen
     except SharpenError as exc:
         post(ModelFailed(str(exc)))
         return
@@ -56,19 +47,10 @@ class EditJob:
     text: str  # the buffer as the run saw it ('\n' line breaks)
     spans: tuple[Span, ...]
     sampling: Sampling
+    editing: Editing
     frame_rate: int = 30  # at most this many EditProgress messages a second
     min_step_ms: int = 0  # pace steps so a fast model can still be watched
     path: str | None = None  # the buffer's file: candidate ranking parses by its language
-
-
-def sampler_settings(sampling: Sampling):
-    from ...core.sampler import SamplerSettings
-
-    return SamplerSettings(
-        steps=sampling.steps, policy=sampling.policy, schedule=sampling.schedule, threshold=sampling.threshold,
-        block_size=sampling.block_size or None, cache=sampling.cache, refresh=sampling.refresh, kernels=sampling.kernels, temperature=sampling.temperature, top_k=sampling.top_k,
-        top_p=sampling.top_p, seed=sampling.seed, samples=sampling.samples,
-    )
 
 
 def frame_pieces(frame, denoiser) -> list[list[Piece]]:
@@ -86,17 +68,14 @@ def run_job(job: EditJob, denoiser, post: Callable, should_stop: Callable[[], bo
 
 
 def _run(job: EditJob, denoiser, post: Callable, should_stop: Callable[[], bool]) -> None:
-    from ...core.engine import run_edit
+    from ...core.engine import edit_options, run_edit
 
     compute = 0.0
     last_post = float("-inf")
     interval = 1.0 / job.frame_rate
     try:
-        from ..syntax_specs import edit_options
-
-        options = edit_options(SimpleNamespace(candidates=job.sampling.candidates, length=job.sampling.length, file=job.path))
-        settings = sampler_settings(job.sampling)
-        frames = run_edit(denoiser, job.text, list(job.spans), settings, job.sampling.context_tokens, should_stop, **options)
+        options = edit_options(job.editing, job.path)
+        frames = run_edit(denoiser, job.text, list(job.spans), job.sampling, should_stop=should_stop, **options)
         while True:
             started = time.perf_counter()
             edit_frame = next(frames, None)

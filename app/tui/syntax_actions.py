@@ -82,5 +82,5 @@ class SyntaxActions:
         start, end = span
         pane.selection_stack.clear()
         editor.select_offsets(start, end)  # shows what is masked once the preview closes
-        budget = self.config.infill_tokens if start == end else None
+        budget = self.config.editing.infill_tokens if start == end else None
         pane.start([Span(start, end, "infill", max_tokens=budget)], self.denoiser, self.config)

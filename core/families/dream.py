@@ -8,7 +8,8 @@ Mask id 151666 (`<|mask|>`) is read from config.json or the tokenizer.
 from __future__ import annotations
 
 from ..model import ModelConfig
-from . import Family, hf, register
+from . import hf
+from .family import Family
 
 # Longest canvas we build a rotary table for: Qwen2.5 configs announce 32k-128k positions,
 # an editor canvas never needs that many and the table would cost memory for nothing.
@@ -68,14 +69,12 @@ def _special_ids(config: dict, tokenizer) -> dict:
     return hf.special_ids(config, tokenizer, mask_names=("<|mask|>",), turn_end_names=("<|im_end|>",))
 
 
-DREAM = register(
-    Family(
-        name="dream",
-        model_types=("Dream", "dream"),
-        to_config=qwen2_config,
-        weight_map=QWEN2_WEIGHT_MAP,
-        shift_logits=True,
-        special_ids=_special_ids,
-        skip_keys=QWEN2_SKIP,
-    )
+DREAM = Family(
+    name="dream",
+    model_types=("Dream", "dream"),
+    to_config=qwen2_config,
+    weight_map=QWEN2_WEIGHT_MAP,
+    shift_logits=True,
+    special_ids=_special_ids,
+    skip_keys=QWEN2_SKIP,
 )

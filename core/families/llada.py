@@ -9,7 +9,8 @@ the output head also called `ff_out` at the transformer level. Mask id 126336
 from __future__ import annotations
 
 from ..model import ModelConfig
-from . import Family, hf, register
+from . import hf
+from .family import Family
 
 _BLOCK = "model.transformer.blocks.{i}."
 _LAYER = {
@@ -72,13 +73,11 @@ def _special_ids(config: dict, tokenizer) -> dict:
     return hf.special_ids(config, tokenizer, mask_names=("<|mdm_mask|>",), turn_end_names=("<|eot_id|>",))
 
 
-LLADA = register(
-    Family(
-        name="llada",
-        model_types=("llada", "LLaDA"),
-        to_config=to_config,
-        weight_map=WEIGHT_MAP,
-        shift_logits=False,
-        special_ids=_special_ids,
-    )
+LLADA = Family(
+    name="llada",
+    model_types=("llada", "LLaDA"),
+    to_config=to_config,
+    weight_map=WEIGHT_MAP,
+    shift_logits=False,
+    special_ids=_special_ids,
 )

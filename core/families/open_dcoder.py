@@ -8,7 +8,8 @@ Qwen2 checkpoint has the same config but no mask token: it is refused, not run.
 from __future__ import annotations
 
 from ..errors import ModelError
-from . import Family, hf, register
+from . import hf
+from .family import Family
 from .dream import QWEN2_SKIP, QWEN2_WEIGHT_MAP, qwen2_config
 
 
@@ -22,14 +23,12 @@ def _special_ids(config: dict, tokenizer) -> dict:
     return ids
 
 
-OPEN_DCODER = register(
-    Family(
-        name="open-dcoder",
-        model_types=("qwen2",),
-        to_config=qwen2_config,
-        weight_map=QWEN2_WEIGHT_MAP,
-        shift_logits=True,
-        special_ids=_special_ids,
-        skip_keys=QWEN2_SKIP,
-    )
+OPEN_DCODER = Family(
+    name="open-dcoder",
+    model_types=("qwen2",),
+    to_config=qwen2_config,
+    weight_map=QWEN2_WEIGHT_MAP,
+    shift_logits=True,
+    special_ids=_special_ids,
+    skip_keys=QWEN2_SKIP,
 )

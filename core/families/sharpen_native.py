@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..model import ModelConfig
 from ..tokenizer import EOS_TOKEN, MASK_TOKEN, PAD_TOKEN
-from . import Family, register
+from .family import Family
 
 _LAYER = {
     "layers.{i}.attn_norm.weight": "layers.{i}.attn_norm.weight",
@@ -30,12 +30,10 @@ def _special_ids(config: dict, tokenizer) -> dict:
     }
 
 
-SHARPEN = register(
-    Family(
-        name="sharpen",
-        model_types=("sharpen",),
-        to_config=ModelConfig.from_dict,
-        weight_map={"embed.weight": "embed.weight", "norm.weight": "norm.weight", "output.weight": "output.weight", **_LAYER},
-        special_ids=_special_ids,
-    )
+SHARPEN = Family(
+    name="sharpen",
+    model_types=("sharpen",),
+    to_config=ModelConfig.from_dict,
+    weight_map={"embed.weight": "embed.weight", "norm.weight": "norm.weight", "output.weight": "output.weight", **_LAYER},
+    special_ids=_special_ids,
 )

@@ -1,0 +1,34 @@
+"""What a model family is: pure data that says how a checkpoint maps onto the one backbone.
+
+Each member module of core/families defines one Family value; core/families/__init__.py
+lists them in one tuple. Detection reads `model_type` from config.json, never the path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..model import ModelConfig
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # registry key, also the `model_type` values that select it
+    model_types: tuple[str, ...]  # config.json `model_type` values that mean this family
+    to_config: Callable[[dict], ModelConfig]  # config.json -> our ModelConfig
+    weight_map: dict[str, str]  # checkpoint key template -> backbone key template
+    shift_logits: bool = False  # Dream-style shifted logits
+    special_ids: Callable[[dict, object], dict] = field(default=lambda cfg, tok: {})  # -> mask/pad/eos ids
+    skip_keys: tuple[str, ...] = ()  # checkpoint keys with no counterpart (rotary caches, ...)
+
+
+def expand_weight_map(family: Family, n_layers: int) -> dict[str, str]:
+    """Templates with {i} become one entry per layer: checkpoint key -> backbone key."""
+    out: dict[str, str] = {}
+    for src, dst in family.weight_map.items():
+        if "{i}" in src:
+            for i in range(n_layers):
+                out[src.format(i=i)] = dst.format(i=i)
+        else:
+            out[src] = dst
+    return out

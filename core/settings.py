@@ -1,0 +1,208 @@
+"""Every setting a user can change, declared once: type, default, choices, bounds and help.
+
+Three requests, each a frozen dataclass whose fields are the settings:
+
+    Sampling   how the denoising loop runs        CLI --steps, --threshold, ...   TOML [sampling]
+    Editing    what an edit asks of the engine    CLI --candidates, --length, ... TOML [edit]
+    ModelRequest which weights, where, how        CLI --model, --device, ...      TOML [model]
+
+The command line's flags (app/cli.py) and the config file's keys (app/config.py) are derived
+from these declarations, and so is every check: adding a setting is one line here plus its
+use. This module imports no torch (nor anything heavy), so `sharpen --help` and the editor's
+first paint can read it, and bad values are refused before the model loads.
+
+A value that breaks a rule raises SettingError naming the field; each front end spells the
+field its own way in the message (`--top-p`, `[sampling] top_p`).
+"""
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar
+
+
+class SettingError(ValueError):
+    """A setting's value breaks its rule: `name` is the field, `rule` what it must be."""
+
+    def __init__(self, name: str, rule: str) -> None:
+        super().__init__(f"{name} {rule}")
+        self.name, self.rule = name, rule
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one setting accepts and how it is explained (kept in the dataclass field's metadata)."""
+
+    help: str
+    choices: tuple[str, ...] | None = None
+    low: float | None = None  # inclusive bound, or exclusive with low_open
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    metavar: str | None = None
+    flag: bool = True  # a command-line flag exists (--name-with-dashes); False: config file only
+
+    def describe(self) -> str:
+        """The rule in words, as it appears after the setting's name in an error."""
+        if self.choices:
+            return f"must be one of: {', '.join(self.choices)}"
+        low, high = _number(self.low), _number(self.high)
+        if self.high == math.inf:
+            return "must be a finite number, at least 0" if self.low == 0 else f"must be a finite number above {low}"
+        if self.low is not None and self.high is not None:
+            if self.low_open or self.high_open:
+                return f"must be in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+            return f"must be between {low} and {high}"
+        if self.low is not None:
+            return f"must be above {low}" if self.low_open else f"must be at least {low}"
+        return "is out of range"
+
+
+def _number(x: float | None) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}" if x is not None else ""
+
+
+def setting(default: Any, help: str, **rule: Any):
+    """A dataclass field that is a user setting."""
+    return field(default=default, metadata={"rule": Rule(help, **rule)})
+
+
+def rule_of(f) -> Rule:
+    return f.metadata["rule"]
+
+
+def value_type(cls, name: str) -> tuple[type, bool]:
+    """(the value's type, whether None is allowed) from the field's annotation."""
+    hint = typing.get_type_hints(cls)[name]
+    args = typing.get_args(hint)
+    if type(None) in args:
+        return next(a for a in args if a is not type(None)), True
+    return hint, False
+
+
+def check(request) -> None:
+    """Every field of `request` against its declared type and rule (SettingError on the first bad one)."""
+    for f in fields(request):
+        value, rule = getattr(request, f.name), rule_of(f)
+        kind, optional = value_type(type(request), f.name)
+        if value is None:
+            if optional:
+                continue
+            raise SettingError(f.name, "must be set")
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if kind is bool and not isinstance(value, bool):
+            raise SettingError(f.name, "must be true or false")
+        if kind is int and not (is_number and isinstance(value, int)):
+            raise SettingError(f.name, "must be a whole number")
+        if kind is float and not is_number:
+            raise SettingError(f.name, "must be a number")
+        if kind is str and not isinstance(value, str):
+            raise SettingError(f.name, "must be a string")
+        if rule.choices and value not in rule.choices:
+            raise SettingError(f.name, rule.describe())
+        if is_number:
+            # Compare before any float(): a 400-digit integer would overflow it.
+            too_low = rule.low is not None and (value <= rule.low if rule.low_open else value < rule.low)
+            too_high = rule.high is not None and (value >= rule.high if rule.high_open else value > rule.high)
+            if too_low or too_high or (isinstance(value, float) and math.isnan(value)):
+                raise SettingError(f.name, rule.describe())
+
+
+class Request:
+    """Base of the three requests: checked on construction; `section` names its TOML table."""
+
+    section: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        check(self)
+
+    def updated(self, values: dict[str, Any]):
+        """A copy with `values` (field -> value) applied; None values mean "not given" and are skipped."""
+        return replace(self, **{k: v for k, v in values.items() if v is not None})
+
+
+# The loop's named choices (core/sampler.py and kernels/ implement them).
+POLICIES = ("confidence", "margin", "entropy", "random")
+SCHEDULES = ("fixed", "threshold")
+CACHES = ("none", "prefix", "dual")
+REFRESHES = ("canvas", "block")
+KERNELS = ("auto", "reference", "triton")
+LENGTHS = ("fixed", "adaptive")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+
+
+@dataclass(frozen=True)
+class Sampling(Request):
+    """How the denoising loop commits tokens."""
+
+    section: ClassVar[str] = "sampling"
+
+    steps: int | None = setting(None, "at most N denoising steps (default: up to one per token)", low=1, metavar="N")
+    policy: str = setting("confidence", "which tokens commit first", choices=POLICIES)
+    schedule: str = setting("threshold", "fixed quota per step, or also every token above --threshold", choices=SCHEDULES)
+    # Fast-dLLM's parallel-commit confidence; lower commits more per step and breaks syntax first (README).
+    threshold: float = setting(0.9, "confidence for parallel commits", low=0.0, high=1.0, low_open=True, metavar="P")
+    # 8 measured fastest at equal accuracy on the embedded model (bench/speed.py).
+    block_size: int = setting(8, "semi-autoregressive blocks of N slots, left to right (0: one block)", low=0, metavar="N")
+    cache: str = setting("dual", "KV cache per block: none is exact; dual is fastest", choices=CACHES)
+    refresh: str = setting("block", "cache refresh at each new block: only the finished block, or the whole canvas (Fast-dLLM)", choices=REFRESHES)
+    kernels: str = setting("auto", "per-step kernels: auto is triton on CUDA, the torch reference elsewhere", choices=KERNELS)
+    temperature: float = setting(0.0, "0 is greedy", low=0.0, high=math.inf, high_open=True, metavar="T")
+    top_k: int | None = setting(None, "sample among the K likeliest tokens", low=1, metavar="K")
+    top_p: float | None = setting(None, "sample within probability mass P (after temperature)", low=0.0, high=1.0, low_open=True, metavar="P")
+    # torch.Generator.manual_seed takes up to 2**64 - 1.
+    seed: int = setting(0, "random seed (same seed, same result)", low=0, high=2**64 - 1, metavar="S")
+    # Alternatives are one batch: more would only run out of memory.
+    samples: int = setting(1, "alternatives denoised together (best first)", low=1, high=64, metavar="N")
+
+
+@dataclass(frozen=True)
+class Editing(Request):
+    """What an edit asks of the engine beyond the loop: context, lengths, strength."""
+
+    section: ClassVar[str] = "edit"
+
+    context_tokens: int = setting(1024, "fixed context around the spans, in tokens", low=0, metavar="N")
+    length: str = setting("fixed", "infill length: the slot budget, or adaptive (grow while the model fills the span)", choices=LENGTHS)
+    candidates: int = setting(1, "N candidate lengths per infill span in one batch, ranked by parse validity then confidence (1: off)", low=1, high=16, metavar="N")
+    strength: float = setting(0.5, "rewrite: share of the span re-noised", low=0.0, high=1.0, low_open=True, metavar="F")
+    # A bare cursor has no selection to size the slots by; pad/eos trims what is not used.
+    infill_tokens: int = setting(32, "slots for an infill at a bare cursor", low=1, high=4096, flag=False)
+
+
+@dataclass(frozen=True)
+class ModelRequest(Request):
+    """Which checkpoint, on which device, in which form."""
+
+    section: ClassVar[str] = "model"
+
+    model: str | None = setting(None, "checkpoint directory or a hub id already in the local Hugging Face cache (default: the embedded model)", metavar="M")
+    device: str = setting("auto", "cpu, cuda, cuda:1, ... (auto: cuda when there is one)", metavar="DEVICE")
+    dtype: str = setting("auto", "weights dtype (auto: bfloat16 on GPU, float32 on CPU)", choices=DTYPES)
+    device_map: str | None = setting(None, "spread a big model over the GPUs and CPU memory (accelerate); automatic when it does not fit one GPU", choices=("auto",))
+    max_memory: str | None = setting(None, "memory per device for --device-map, e.g. 0=20GiB,1=20GiB,cpu=64GiB", metavar="SPEC")
+    trust_remote_code: bool = setting(False, "allow checkpoints of other families to run their own Python modeling code")
+    mask_id: int | None = setting(None, "mask token id, for --trust-remote-code models whose files do not say", low=0, metavar="ID")
+    shift_logits: bool | None = setting(None, "whether logits at i predict token i+1, when the files do not say")
+    compile: str = setting("off", "torch.compile the model; reduce-overhead records CUDA graphs (GPU). Each new shape compiles once", choices=COMPILE_MODES)
+
+
+REQUESTS = (Sampling, Editing, ModelRequest)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One of each request: what a run (headless or in the editor) was asked to do."""
+
+    sampling: Sampling = field(default_factory=Sampling)
+    editing: Editing = field(default_factory=Editing)
+    model: ModelRequest = field(default_factory=ModelRequest)
+
+    def part(self, request_type):
+        return {Sampling: self.sampling, Editing: self.editing, ModelRequest: self.model}[request_type]
+
+    def layered(self, values: dict[str, dict[str, Any]]) -> "Settings":
+        """These settings with `values` ({section: {field: value}}) on top; None means not given."""
+        return Settings(*(self.part(r).updated(values.get(r.section, {})) for r in REQUESTS))
