@@ -88,14 +88,14 @@ def test_config_parses_every_section_and_names_errors(tmp_path):
         parse_config('[edit]\ncandidates = 40\n')
     with pytest.raises(UsageError, match=r"\[sampling\] steps must be a whole number"):
         parse_config('[sampling]\nsteps = "many"\n')
+    with pytest.raises(UsageError, match="not found"):
+        load_config(tmp_path / "missing.toml")
 
 
 def test_config_of_the_older_layout_still_reads():
     old = parse_config('model = "/m"\ndevice = "cpu"\nrewrite_strength = 0.3\ninfill_tokens = 12\n[sampling]\ncontext_tokens = 64\nlength = "adaptive"\n')
     assert (old.model.model, old.model.device, old.editing.strength, old.editing.infill_tokens) == ("/m", "cpu", 0.3, 12)
     assert (old.editing.context_tokens, old.editing.length) == (64, "adaptive")
-    with pytest.raises(UsageError, match="not found"):
-        load_config(tmp_path / "missing.toml")
 
 
 def test_command_line_options_win_over_the_config(tmp_path):
