@@ -128,8 +128,19 @@ class ExactRows:
         self.content = rows == canvas.mask_id  # [B, T] slots that must receive a non-end token
         self.end_ids = torch.tensor(denoiser.spec.end_ids, dtype=torch.long, device=denoiser.device)  # [E]
 
-    def __getattr__(self, name):  # everything else (spec, device, caches, banned ids) is the inner denoiser's
-        return getattr(self.inner, name)
+    # The rest of the DenoiserLike interface is the inner denoiser's.
+    spec = property(lambda self: self.inner.spec)
+    tokenizer = property(lambda self: self.inner.tokenizer)
+    supports_cache = property(lambda self: self.inner.supports_cache)
+    device = property(lambda self: self.inner.device)
+    max_len = property(lambda self: self.inner.max_len)
+    banned_ids = property(lambda self: self.inner.banned_ids)
+
+    def source_positions(self, want: list[int]) -> list[int]:
+        return self.inner.source_positions(want)
+
+    def new_cache(self, batch: int, length: int):
+        return self.inner.new_cache(batch, length)
 
     def logits(self, x, want=None, run=None, cache=None):
         import torch

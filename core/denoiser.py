@@ -1,8 +1,14 @@
-"""A loaded model ready for the sampler: backbone + tokenizer + the ids that matter."""
+"""A loaded model ready for the sampler: backbone + tokenizer + the ids that matter.
+
+`DenoiserLike` declares what the sampler needs of any model; `Denoiser` (sharpen's own
+backbone), `remote.RemoteDenoiser` (a checkpoint's own code) and `candidates.ExactRows`
+(a view that bans pad inside candidate rows) each provide it.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -35,6 +41,31 @@ class ModelSpec:
         return tuple(i for i in (self.pad_id, self.eos_id) if i is not None)
 
 
+@runtime_checkable
+class DenoiserLike(Protocol):
+    """What the denoising loop (core/sampler.py) and the engine read from a model."""
+
+    spec: ModelSpec  # mask/pad/eos ids, logit shift, chat template
+    tokenizer: Tokenizer
+    supports_cache: bool  # False: new_cache raises and every step is a full pass
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def max_len(self) -> int: ...  # the longest canvas the model takes
+
+    @property
+    def banned_ids(self) -> torch.Tensor: ...  # [K] ids no slot may receive
+
+    def logits(self, x: torch.Tensor, want: torch.Tensor | None = None, run: torch.Tensor | None = None,
+               cache: KVCache | None = None) -> torch.Tensor: ...  # [B, T] -> [B, W, V] float32
+
+    def source_positions(self, want: list[int]) -> list[int]: ...  # the rows that score `want`
+
+    def new_cache(self, batch: int, length: int) -> KVCache: ...
+
+
 class Denoiser:
     """`logits(ids) -> [B, T, V]` over a canvas, with the family's conventions applied."""
 
@@ -45,6 +76,7 @@ class Denoiser:
         self.spec = spec
         self._static_caches = False  # set by compile: see new_cache
         self._kept_cache: KVCache | None = None
+        self._scores = model.scores  # a step's pass and projection; compile() swaps in the compiled one
 
     @property
     def device(self) -> torch.device:
@@ -83,11 +115,11 @@ class Denoiser:
         want = torch.arange(T, device=x.device) if want is None else want
         source = (want - 1).clamp_min(0) if self.spec.shift_logits else want  # [W] rows that predict `want`
         if run is None:
-            return self.model.scores(x, None, cache, source)  # [B, W, V]
+            return self._scores(x, None, cache, source)  # [B, W, V]
         if cache is None:
             raise ValueError("a partial run needs a cache holding the rest of the canvas")
         rows = torch.searchsorted(run, source)  # no host read: the caller sized `run`
-        return self.model.scores(x[:, run], run, cache, rows)  # [B, W, V]
+        return self._scores(x[:, run], run, cache, rows)  # [B, W, V]
 
     def source_positions(self, want: list[int]) -> list[int]:
         """The canvas rows whose hidden states score positions `want` (see `logits`)."""
@@ -130,7 +162,7 @@ class Denoiser:
         # per step, and no graph output is read after the next step's call, which is what
         # CUDA graph trees assume of inference (each call starts a new iteration).
         self.model.rope(self.device)  # built now, eagerly: a table made inside a graph would be graph memory
-        self.model.scores = torch.compile(self.model.scores, backend=backend, **options)
+        self._scores = torch.compile(self.model.scores, backend=backend, **options)
         self._static_caches = True
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from . import length as L
 from .canvas import build_canvas, span_text
-from .denoiser import Denoiser
+from .denoiser import DenoiserLike
 from .errors import Cancelled, UsageError
 from .files import match_newlines, newline_style
 from .instruct import build_instruct_canvas, uses_chat
@@ -66,7 +66,7 @@ class EditFrame:
         return self.frame.done
 
 
-def check_instructions(denoiser: Denoiser, spans: list[Span]) -> None:
+def check_instructions(denoiser: DenoiserLike, spans: list[Span]) -> None:
     if any(s.instruction for s in spans) and not denoiser.spec.chat_template:
         raise UsageError("an instruction needs an instruct checkpoint with a chat template; this model has none")
 
@@ -82,7 +82,7 @@ def edit_options(editing: Editing, path: str | None = None) -> dict:
 
 
 def run_edit(
-    denoiser: Denoiser,
+    denoiser: DenoiserLike,
     text: str,
     spans: list[Span],
     settings: Sampling = Sampling(),
@@ -110,7 +110,7 @@ def run_edit(
     yield from run_once(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules)
 
 
-def run_once(denoiser: Denoiser, text: str, ordered: list[Span], settings: Sampling, context_tokens: int,
+def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: Sampling, context_tokens: int,
              should_stop: Callable[[], bool], candidates: CandidatePlan | None = None,
              rules: LoopRules = LoopRules()) -> Iterator[EditFrame]:
     """One denoising run over validated, sorted spans (run_edit's body; a round of the adaptive loop)."""
@@ -231,7 +231,7 @@ def _sample_score(frame: Frame, sample: int) -> float:
     return frame.sample_scores[sample] if frame.sample_scores else 0.0
 
 
-def apply_edit(denoiser: Denoiser, text: str, spans: list[Span], settings: Sampling = Sampling(), **kwargs) -> EditResult:
+def apply_edit(denoiser: DenoiserLike, text: str, spans: list[Span], settings: Sampling = Sampling(), **kwargs) -> EditResult:
     """Run an edit to the end and return its result (no frames)."""
     last = None
     for last in run_edit(denoiser, text, spans, settings, **kwargs):

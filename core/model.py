@@ -132,8 +132,10 @@ class KVCache:
 
     def __init__(self, n_layers: int, batch: int, n_kv_heads: int, length: int, head_dim: int, dtype, device) -> None:
         shape = (batch, n_kv_heads, length, head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        # One device for all layers, or (a model spread over devices) each layer's own.
+        devices = list(device) if isinstance(device, (list, tuple)) else [device] * n_layers
+        self.k = [torch.zeros(shape, dtype=dtype, device=d) for d in devices]
+        self.v = [torch.zeros(shape, dtype=dtype, device=d) for d in devices]
         self.length = length
 
 
@@ -237,6 +239,12 @@ class Transformer(nn.Module):
             self.output.weight = self.embed.weight
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
         self.packed_output: torch.Tensor | None = None  # [dim, V] inference layout, see pack
+        # Set by core/placement.py when the layers are spread over devices (accelerate): where
+        # each layer's keys/values live (a hook would otherwise copy the cache to the layer on
+        # every call, and a chunked pass's in-place writes would be lost), and where hidden
+        # states and logits come back to. None: everything on the embedding's device.
+        self.layer_devices: list[torch.device] | None = None
+        self.output_device: torch.device | None = None
 
     def rope(self, device) -> tuple[torch.Tensor, torch.Tensor]:
         # Built lazily (not a buffer) so meta-device construction and state dicts stay clean.
@@ -280,7 +288,7 @@ class Transformer(nn.Module):
 
     def new_cache(self, batch: int, length: int) -> KVCache:
         cfg, w = self.cfg, self.embed.weight
-        return KVCache(cfg.n_layers, batch, cfg.n_kv_heads, length, cfg.head_dim, w.dtype, w.device)
+        return KVCache(cfg.n_layers, batch, cfg.n_kv_heads, length, cfg.head_dim, w.dtype, self.layer_devices or w.device)
 
     def hidden(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
         """ids [B, S] -> final hidden states [B, S, dim], before the last norm.
@@ -301,13 +309,15 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else (cache.k[i], cache.v[i])
             x = layer(x, cos, sin, positions, layer_cache)
-        return x
+        return x if self.output_device is None else x.to(self.output_device)
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [B, S, dim] -> logits [B, S, V] float32."""
         if self.packed_output is not None:
-            return (self.norm(hidden) @ self.packed_output).float()
-        return self.output(self.norm(hidden)).float()
+            logits = (self.norm(hidden) @ self.packed_output).float()
+        else:
+            logits = self.output(self.norm(hidden)).float()
+        return logits if self.output_device is None else logits.to(self.output_device)
 
     def scores(self, ids: torch.Tensor, positions: torch.Tensor | None, cache: KVCache | None, rows: torch.Tensor) -> torch.Tensor:
         """A pass over `ids` (as `hidden`), projected at `rows` only: [B, len(rows), V] float32.

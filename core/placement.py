@@ -11,13 +11,12 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
-import types
 from dataclasses import dataclass
 
 import torch
 
 from .errors import ModelError, UsageError
-from .model import KVCache, ModelConfig, Transformer, on_meta_device
+from .model import ModelConfig, Transformer, on_meta_device
 
 log = logging.getLogger(__name__)
 
@@ -201,14 +200,11 @@ def dispatch(model: Transformer, state: dict[str, torch.Tensor], device_map: dic
         model = dispatch_model(model, device_map=dict(device_map), main_device=main_arg, offload_dir=offload_dir)
     except (RuntimeError, ValueError) as exc:
         raise ModelError(f"cannot place the model on {sorted(set(map(str, device_map.values())))}: {str(exc).splitlines()[0]}") from None
-    # Each layer's cache lives where the layer runs: the hooks would otherwise copy it there
-    # on every call and the in-place writes of a chunked forward would be lost.
-    model.new_cache = types.MethodType(_placed_cache(plan_, main), model)
-    # The denoiser may call `hidden` / `project` rather than forward (which accelerate's
-    # top-level hook covers): their results come back to the main device too.
-    for method in ("hidden", "project"):
-        if hasattr(model, method):
-            setattr(model, method, _returning_on(getattr(model, method), main))
+    # Each layer's cache lives where the layer runs, and the denoiser calls `hidden` /
+    # `project` rather than forward (which accelerate's top-level hook covers): the
+    # backbone reads both from these two attributes.
+    model.layer_devices = [plan_.execution_device(f"layers.{i}") for i in range(cfg.n_layers)]
+    model.output_device = main
     log.info("device plan:\n%s", plan_.describe())
     return model
 
@@ -221,24 +217,3 @@ def _module_of(device_map: dict[str, int | str], key: str) -> str:
     if name not in device_map:
         raise ModelError(f"the device map places no module holding {key}")
     return name
-
-
-def _placed_cache(plan_: DevicePlan, main: torch.device):
-    def new_cache(self: Transformer, batch: int, length: int) -> KVCache:
-        cfg, dtype = self.cfg, self.embed.weight.dtype
-        cache = KVCache(0, batch, cfg.n_kv_heads, length, cfg.head_dim, dtype, main)
-        shape = (batch, cfg.n_kv_heads, length, cfg.head_dim)  # per layer [B, Hkv, T, D]
-        for i in range(cfg.n_layers):
-            device = plan_.execution_device(f"layers.{i}")
-            cache.k.append(torch.zeros(shape, dtype=dtype, device=device))
-            cache.v.append(torch.zeros(shape, dtype=dtype, device=device))
-        return cache
-
-    return new_cache
-
-
-def _returning_on(fn, device: torch.device):
-    def call(*args, **kwargs):
-        return fn(*args, **kwargs).to(device)
-
-    return call

@@ -76,6 +76,9 @@ class RemoteDenoiser:
     def new_cache(self, batch: int, length: int):
         raise ModelError("this model runs through its own code and has no KV cache")
 
+    def source_positions(self, want: list[int]) -> list[int]:
+        return list(want)  # logits come shifted into place already (see logits)
+
 
 def _tokenizer(path: Path) -> Tokenizer:
     if (path / "tokenizer.json").exists():

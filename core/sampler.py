@@ -29,7 +29,7 @@ import torch
 from ..kernels import reference as K
 from ..kernels import step as kernels
 from .canvas import Canvas
-from .denoiser import Denoiser
+from .denoiser import DenoiserLike
 from .errors import UsageError
 from .settings import Sampling
 
@@ -121,7 +121,7 @@ def _plan(spans: list[range], settings: Sampling, device) -> list[tuple[torch.Te
 
 
 def denoise(
-    denoiser: Denoiser,
+    denoiser: DenoiserLike,
     canvas: Canvas,
     settings: Sampling = Sampling(),
     should_stop: Callable[[], bool] = lambda: False,
@@ -136,8 +136,8 @@ def denoise(
         impl = kernels.choose(settings.kernels, device)
     except ValueError as exc:  # e.g. triton asked for on a CPU
         raise UsageError(str(exc)) from None
-    use_cache = settings.cache != "none" and getattr(denoiser, "supports_cache", False)
-    banned = getattr(denoiser, "banned_ids", torch.tensor([mask_id])).to(device)
+    use_cache = settings.cache != "none" and denoiser.supports_cache
+    banned = denoiser.banned_ids.to(device)
     generator = torch.Generator(device=device).manual_seed(settings.seed)
     if canvas.rows:  # candidates: each row its own start, each sampled `samples` times
         x = torch.tensor(canvas.rows, device=device).repeat_interleave(settings.samples, dim=0)  # [B, T]
@@ -163,7 +163,7 @@ def denoise(
 
     _renoise_rewrites(denoiser, canvas, rules, x, confidence, generator)
     denoised = x == mask_id  # [B, T] the positions this run fills
-    end_ids = torch.tensor(getattr(denoiser.spec, "end_ids", ()), dtype=torch.long, device=device)
+    end_ids = torch.tensor(denoiser.spec.end_ids, dtype=torch.long, device=device)
     infill_slots = [r for span, r in zip(canvas.spans, canvas.slots) if span.mode == "infill" and len(r)]
     # An infill span's first slot holds content, as in training (no trained span is empty).
     span_openings = {r.start for r in infill_slots} if end_ids.numel() else set()
@@ -328,7 +328,7 @@ def _update_guesses(logits, x, positions, guesses, confidence, mask_id) -> None:
     confidence[:, positions] = torch.where(masked, p, confidence[:, positions])
 
 
-def _renoise_rewrites(denoiser: Denoiser, canvas: Canvas, rules: LoopRules, x: torch.Tensor, confidence: torch.Tensor, generator) -> None:
+def _renoise_rewrites(denoiser: DenoiserLike, canvas: Canvas, rules: LoopRules, x: torch.Tensor, confidence: torch.Tensor, generator) -> None:
     """Re-mask a share of each rewrite span's own tokens, least confident first (in place on x)."""
     rewrites = [(span, r) for span, r in zip(canvas.spans, canvas.slots) if span.mode == "rewrite" and len(r)]
     if not rewrites:

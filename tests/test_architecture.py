@@ -108,3 +108,23 @@ def test_core_imports_no_ui():
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_every_denoiser_provides_the_declared_interface(tiny_denoiser, tmp_path):
+    """The sampler reads models through DenoiserLike only; each kind provides all of it, no proxy."""
+    import inspect
+
+    from sharpen.core.candidates import ExactRows
+    from sharpen.core.canvas import build_canvas
+    from sharpen.core.denoiser import DenoiserLike
+    from sharpen.core.remote import RemoteDenoiser
+    from sharpen.core.spans import Span
+
+    canvas = build_canvas("ab cd", [Span(2, 2, max_tokens=3)], tiny_denoiser.tokenizer, tiny_denoiser.spec.mask_id, 64, tiny_denoiser.max_len)
+    rows = ExactRows(tiny_denoiser, canvas.__class__(**{**canvas.__dict__, "rows": (canvas.ids,)}), 1)
+    assert isinstance(tiny_denoiser, DenoiserLike) and isinstance(rows, DenoiserLike)
+    members = [name for name, _ in inspect.getmembers(DenoiserLike) if not name.startswith("_")] + ["spec", "tokenizer", "supports_cache"]
+    for kind in (type(tiny_denoiser), ExactRows, RemoteDenoiser):
+        assert not hasattr(kind, "__getattr__"), kind
+        assert all(hasattr(kind, m) or m in ("spec", "tokenizer", "max_len") for m in members), kind  # those three: set in __init__
+    assert rows.max_len == tiny_denoiser.max_len and rows.source_positions([3]) == tiny_denoiser.source_positions([3])

@@ -30,11 +30,20 @@ SETTINGS = [
 
 
 class Scripted:
-    """A stand-in denoiser whose logits a test writes (`scores`); the rest is the tiny model's."""
+    """A stand-in denoiser (core.denoiser.DenoiserLike) whose logits a test writes (`scores`);
+    the rest is the tiny model's. No KV cache: every step is a full pass."""
+
+    supports_cache = False
 
     def __init__(self, inner):
         self.spec, self.tokenizer, self.max_len, self.device = inner.spec, inner.tokenizer, inner.max_len, inner.device
         self.banned_ids = inner.banned_ids
+
+    def source_positions(self, want):
+        return list(want)
+
+    def new_cache(self, batch, length):
+        raise AssertionError("a scripted denoiser has no cache")
 
     def scores(self, ids):  # [B, T] -> [B, T, V]
         raise NotImplementedError
@@ -128,12 +137,12 @@ def test_pad_and_eos_are_deleted_from_infill(tiny_denoiser):
     tok = tiny_denoiser.tokenizer
     canvas = build_canvas(TEXT, [Span(4, 7, max_tokens=6)], tok, spec.mask_id, 1024, tiny_denoiser.max_len)
 
-    class PadEveryOther:
+    class PadEveryOther(Scripted):
         """Wraps the denoiser so it proposes 'x', pad, eos, ... : the span must come out as 'xx'."""
 
         def __init__(self, inner):
-            self.inner, self.spec, self.tokenizer, self.max_len = inner, inner.spec, inner.tokenizer, inner.max_len
-            self.device = inner.device
+            super().__init__(inner)
+            self.banned_ids = torch.tensor([spec.mask_id])  # only the mask: this test scripts pad and eos itself
 
         def logits(self, ids, want=None, run=None, cache=None):
             out = torch.full((*ids.shape, tok.vocab_size), -10.0)
