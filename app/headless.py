@@ -226,17 +226,18 @@ def _run(job: HeadlessJob, config: Config, denoiser) -> int:
 
 
 def write_result(job: HeadlessJob, source: TextFile, spans: list[Span], result, denoiser, seconds: float) -> None:
+    new_text = result.changes().apply(source.text)  # the engine's edit, applied here as in the editor
     if job.in_place:
-        if result.text == source.text:
+        if new_text == source.text:
             return  # nothing changed: leave the file, its mtime included
         with signals_held() as check:
             # Refused (exit 3) if another program changed the file while the model ran.
-            save_text_file(source, result.text, before_commit=check)
+            save_text_file(source, new_text, before_commit=check)
         return
     if job.output == "diff":
         name = str(source.path or "<stdin>")
         diff = difflib.unified_diff(
-            source.text.splitlines(keepends=True), result.text.splitlines(keepends=True), f"a/{name}", f"b/{name}"
+            source.text.splitlines(keepends=True), new_text.splitlines(keepends=True), f"a/{name}", f"b/{name}"
         )
         sys.stdout.write(colour_diff("".join(_terminated(diff)), sys.stdout))  # pygments, on a terminal only
     elif job.output == "json":
@@ -261,11 +262,11 @@ def write_result(job: HeadlessJob, source: TextFile, spans: list[Span], result, 
                 }
                 for r in result.spans
             ],
-            "text": result.text,
+            "text": new_text,
         }
         sys.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
     else:
-        sys.stdout.buffer.write(source.encode(result.text))
+        sys.stdout.buffer.write(source.encode(new_text))
     sys.stdout.flush()
 
 

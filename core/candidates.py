@@ -219,7 +219,7 @@ def rank(candidates: list[Candidate]) -> list[Candidate]:
 def score_rows(text: str, spans: list[Span], frame, row_lengths_: list[tuple[int, ...]], samples: int,
                span_texts: list[list[str]], end_ids: tuple[int, ...], plan: CandidatePlan, tokenizer) -> list[Candidate]:
     """One Candidate per batch row of a finished frame (rows are canvas rows x `samples`)."""
-    from .spans import splice
+    from .changes import ChangeSet
 
     language, before = baseline_errors(text, plan)
     out = []
@@ -235,7 +235,7 @@ def score_rows(text: str, spans: list[Span], frame, row_lengths_: list[tuple[int
                      for i in infills]
             total, count = sum(p[0] for p in parts), sum(p[1] for p in parts)
             confidence = total / count if count else frame.sample_scores[b]
-        whole = splice(text, [(s.start, s.end, t) for s, t in zip(spans, texts)])
+        whole = ChangeSet.of((s.start, s.end, t) for s, t in zip(spans, texts)).apply(text)
         errors = None if before is None else error_count(parse_document(whole, language))
         new = None if errors is None else max(0, errors - before)
         out.append(Candidate(b // samples, lengths, tuple(texts), whole, confidence, new, errors, b))

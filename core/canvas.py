@@ -1,7 +1,7 @@
 """Text + spans -> one token canvas: context window, mask slots per span, map back to text.
 
 Only span slots are ever decoded; the text outside the spans is never re-encoded into the
-result, so the round trip is exact by construction (see `splice`).
+result, so the round trip is exact by construction (see core/changes.py).
 """
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ from .files import match_newlines, newline_style
 from .instruct import build_instruct_canvas, uses_chat
 from .sampler import Frame, LoopRules, denoise
 from .settings import LENGTHS, Editing, Sampling
-from .spans import Span, splice, validate_spans
+from .changes import ChangeSet
+from .spans import Span, validate_spans
 
 if TYPE_CHECKING:
     from .candidates import CandidatePlan
@@ -52,6 +53,11 @@ class EditResult:
     @property
     def tokens(self) -> int:
         return sum(s.tokens for s in self.spans)
+
+    def changes(self, choice: int = 0) -> ChangeSet:
+        """The edit itself, as a value every front end applies: each span's range becomes the
+        text of alternative `choice` (0: the best). `changes().apply(original) == text`."""
+        return ChangeSet.of((r.span.start, r.span.end, r.alternatives[choice] if r.alternatives else r.text) for r in self.spans)
 
 
 @dataclass(frozen=True)
@@ -144,7 +150,7 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
             continue
         scores = [_sample_score(frame, b) for b in range(len(per_sample))]
         ranking = sorted(range(len(per_sample)), key=lambda b: -scores[b]) if len(per_sample) > 1 else [0]
-        texts = [splice(text, [(s.start, s.end, t) for s, t in zip(ordered, per_sample[b])]) for b in ranking]
+        texts = [ChangeSet.of((s.start, s.end, t) for s, t in zip(ordered, per_sample[b])).apply(text) for b in ranking]
         best = ranking[0]
         span_results = tuple(
             SpanResult(

@@ -1,7 +1,7 @@
 """Spans: the regions of a text to (re)generate, as pure data, and the pure functions on them."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from .errors import SpanError
@@ -49,18 +49,3 @@ def validate_spans(text: str, spans: list[Span]) -> list[Span]:
         if after.start < before.end:
             raise SpanError(f"span {after.name} overlaps span {before.name}")
     return ordered
-
-
-def splice(text: str, replacements: list[tuple[int, int, str]]) -> str:
-    """Replace non-overlapping [start, end) ranges; text outside them is kept byte for byte."""
-    out, cursor = [], 0
-    for start, end, new in sorted(replacements, key=lambda r: (r[0], r[1])):
-        out.append(text[cursor:start])
-        out.append(new)
-        cursor = end
-    out.append(text[cursor:])
-    return "".join(out)
-
-
-def shifted(span: Span, start: int, end: int) -> Span:
-    return replace(span, start=start, end=end)

@@ -5,7 +5,8 @@ from hypothesis import strategies as st
 
 from sharpen.core.canvas import build_canvas, infill_slots
 from sharpen.core.errors import SpanError
-from sharpen.core.spans import Span, splice, validate_spans
+from sharpen.core.changes import ChangeSet
+from sharpen.core.spans import Span, validate_spans
 
 TEXT_ALPHABET = st.sampled_from(list("ab \t\n\r") + ["\r\n", "é", "東", "☃", "😀", "\u2028", "\x0c", "def ", "    "])
 texts = st.lists(TEXT_ALPHABET, min_size=1, max_size=60).map("".join)
@@ -28,7 +29,7 @@ def test_splice_keeps_everything_outside_the_spans(tiny_denoiser, case, data):
     text, spans = case
     spans = validate_spans(text, spans)
     new = [data.draw(texts) for _ in spans]
-    out = splice(text, [(s.start, s.end, n) for s, n in zip(spans, new)])
+    out = ChangeSet.of((s.start, s.end, n) for s, n in zip(spans, new)).apply(text)
     # Walk the output: the pieces between spans are the original pieces, byte for byte.
     cursor, pos = 0, 0
     for span, piece in zip(spans, new):
@@ -38,7 +39,7 @@ def test_splice_keeps_everything_outside_the_spans(tiny_denoiser, case, data):
         pos += len(piece)
         cursor = span.end
     assert out[pos:] == text[cursor:]
-    assert splice(text, [(s.start, s.end, text[s.start:s.end]) for s in spans]) == text
+    assert ChangeSet.of((s.start, s.end, text[s.start:s.end]) for s in spans).apply(text) == text
 
 
 @given(text_and_spans())

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from sharpen.core.errors import SpanError, UsageError
 from sharpen.core.files import encode_text, match_newlines, newline_style, read_text_file
-from sharpen.core.spans import Span, splice, validate_spans
+from sharpen.core.changes import ChangeSet
+from sharpen.core.spans import Span, validate_spans
 from sharpen.app.specs import LineIndex, format_range, parse_edit_list, parse_range, parse_spec
 
 PIECES = st.sampled_from(["a", "b", " ", "\t", "\n", "\r\n", "\r", "é", "東", "😀", "\u2028", "\x0c", "x = 1"])
@@ -134,7 +135,7 @@ def test_file_round_trip_keeps_every_byte_outside_the_spans(case):
     spans = validate_spans(source.text, parse_spec(",".join(ranges), source.text))
     newline = newline_style(source.text)
     pieces = [match_newlines(n, newline) for n in new]
-    out = source.encode(splice(source.text, [(s.start, s.end, p) for s, p in zip(spans, pieces)]))
+    out = source.encode(ChangeSet.of((s.start, s.end, p) for s, p in zip(spans, pieces)).apply(source.text))
     # Walk the output bytes: every stretch between spans is the original's, byte for byte.
     prefix = b"\xef\xbb\xbf" if source.bom else b""
     assert out.startswith(prefix) and data.startswith(prefix)

@@ -157,7 +157,7 @@ async def test_typing_during_a_run_cancels_it_and_types(example, tiny_denoiser):
         pane.editor.move_cursor((1, 0))
         original = pane.editor.buffer_text
         await pilot.press("alt+i")  # no selection: fill a gap at the cursor
-        assert pane.edit_run.spans[0].max_tokens == FAST.infill_tokens
+        assert pane.edit_run.spans[0].max_tokens == FAST.editing.infill_tokens
         await pilot.press("x")
         assert pane.phase == IDLE
         await app.workers.wait_for_complete()

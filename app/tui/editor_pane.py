@@ -19,7 +19,7 @@ from textual.containers import Container
 from textual.message import Message
 from textual.reactive import reactive
 
-from ...core.spans import Span, splice
+from ...core.spans import Span
 from ..config import Config
 from .buffer_file import BufferFile
 from .editor_area import EditorArea
@@ -130,9 +130,8 @@ class EditorPane(Container):
         if self.editor.buffer_text != run.text:  # cannot happen: any edit interrupts the run
             self.reject()
             return False
-        texts = [span.alternatives[run.choice] for span in run.result.spans]
-        first, last = run.spans[0].start, run.spans[-1].end
-        segment = splice(run.text[first:last], [(s.start - first, s.end - first, t) for s, t in zip(run.spans, texts)])
+        changes = run.result.changes(run.choice)
+        first, last, segment = changes.as_one_edit(run.text)  # one replacement: one undo step
         self.edit_run = None
         self._set_phase(IDLE)  # before the edit, so before_change sees nothing to interrupt
         editor = self.editor
@@ -140,7 +139,7 @@ class EditorPane(Container):
         result = editor.replace(segment, editor.location_of(first), editor.location_of(last))
         editor.history.checkpoint()
         editor.move_cursor(result.end_location)  # marks inside the edit are dropped by it, others move with their text
-        self.notice = f"accepted {sum(len(t) for t in texts)} characters (undo restores)"
+        self.notice = f"accepted {sum(len(c.text) for c in changes.changes)} characters (undo restores)"
         self._announce()
         return True
 
