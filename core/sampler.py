@@ -194,20 +194,20 @@ def denoise(
                 if not bool(active.any()):  # the one host sync per step
                     break
                 last = block_step == final_step
-                if use_cache and block_step == 0 and refresh_run is not None:
+                if not use_cache:
+                    logits = denoiser.logits(x, want=block)  # [B, P, V]
+                elif block_step > 0:
+                    logits = denoiser.logits(x, want=block, run=step_run, cache=cache)  # [B, P, V]
+                elif refresh_run is not None:
                     # Cheap refresh (dKV-Cache's idea): the finished block's keys/values are the ones
                     # that went stale (mask -> tokens); recompute it with the new block, keep the rest.
                     logits = denoiser.logits(x, want=block, run=refresh_run, cache=cache)  # [B, P, V]
-                elif use_cache and block_step == 0:
+                else:
                     # Refresh: the whole canvas once, keys/values kept; every slot's guess updated.
                     cache = denoiser.new_cache(B, T)
                     all_logits = denoiser.logits(x, want=slot_positions, cache=cache)  # [B, N, V]
                     _update_guesses(all_logits, x, slot_positions, guesses, confidence, mask_id)
                     logits = all_logits[:, _index_in(slot_positions, block)]  # [B, P, V]
-                elif use_cache:
-                    logits = denoiser.logits(x, want=block, run=step_run, cache=cache)  # [B, P, V]
-                else:
-                    logits = denoiser.logits(x, want=block)  # [B, P, V]
 
                 V = logits.shape[-1]
                 logits = logits.index_fill(-1, banned, float("-inf"))  # never propose the mask, control bytes, stray specials
@@ -218,21 +218,8 @@ def denoise(
                     active.reshape(-1),
                 )
                 proposal, p_token, ranking = (t.view(B, -1) for t in (proposal, p_token, ranking))  # [B, P]
-                remaining = active.sum(1)  # [B]
-                steps_left = max(1, block_steps - block_step)
-                quota = remaining if last else (remaining + steps_left - 1) // steps_left  # [B]
-                sure = (p_token >= settings.threshold) & active  # [B, P]
-                if rules.defer_end and end_ids.numel():
-                    # Content before pad: a model sure of the pad at the far end would otherwise
-                    # close the span from the right before writing anything (the "EOS trap").
-                    is_end = torch.isin(proposal, end_ids) & active
-                    ranking = torch.where(is_end, ranking - 1e3, ranking)
-                    only_end = ~(active & ~is_end).any(1)  # [B] nothing but pad proposed: close it
-                    sure = sure & ~is_end
-                    quota = torch.where(only_end, remaining, quota)
-                if settings.schedule == "threshold":
-                    quota = torch.maximum(quota, sure.sum(1))
-                commit = kernels.select_commits(ranking, active, quota, impl)  # [B, P]
+                steps_left = 1 if last else max(1, block_steps - block_step)
+                commit = _commits(proposal, p_token, ranking, active, steps_left, end_ids, settings, rules, impl)  # [B, P]
 
                 if rules.remask_below and not last:
                     # Committed earlier, improbable under the fuller context now: back to mask.
@@ -253,6 +240,28 @@ def denoise(
             yield frame(step, total)
         previous_host = block_host
     yield frame(step, total, done=True)
+
+
+def _commits(proposal, p_token, ranking, active, steps_left: int, end_ids, settings: Sampling, rules: LoopRules, impl):
+    """Which proposals of a block commit this step: [B, P] bool.
+
+    An even share of what is still masked (all of it on the block's last step), plus, with
+    the threshold schedule, every proposal at least `threshold` sure (Fast-dLLM).
+    """
+    remaining = active.sum(1)  # [B]
+    quota = (remaining + steps_left - 1) // steps_left  # [B]
+    sure = (p_token >= settings.threshold) & active  # [B, P]
+    if rules.defer_end and end_ids.numel():
+        # Content before pad: a model sure of the pad at the far end would otherwise
+        # close the span from the right before writing anything (the "EOS trap").
+        is_end = torch.isin(proposal, end_ids) & active
+        ranking = torch.where(is_end, ranking - 1e3, ranking)
+        only_end = ~(active & ~is_end).any(1)  # [B] nothing but pad proposed: close it
+        sure = sure & ~is_end
+        quota = torch.where(only_end, remaining, quota)
+    if settings.schedule == "threshold":
+        quota = torch.maximum(quota, sure.sum(1))
+    return kernels.select_commits(ranking, active, quota, impl)
 
 
 def _runs(denoiser, settings: Sampling, block: list[int], previous: list[int] | None, T: int, device):
