@@ -17,7 +17,7 @@ from . import length as L
 from .canvas import build_canvas, span_text
 from .denoiser import DenoiserLike
 from .errors import Cancelled, UsageError
-from .files import match_newlines, newline_style
+from .newlines import match_newlines, newline_style
 from .instruct import build_instruct_canvas, uses_chat
 from .sampler import Frame, LoopRules, denoise
 from .settings import LENGTHS, Editing, Sampling

@@ -99,19 +99,6 @@ def _check_regular(path: Path, info: os.stat_result) -> None:
         raise InputError(f"{path}: too large ({info.st_size // 2**20} MiB; the limit is {MAX_FILE_BYTES // 2**20} MiB)")
 
 
-def newline_style(text: str) -> str:
-    """The document's line ending: '\\r\\n' when every newline is CRLF, else '\\n'."""
-    lf = text.count("\n")
-    return "\r\n" if lf and text.count("\r\n") == lf else "\n"
-
-
-def match_newlines(piece: str, newline: str) -> str:
-    """Generated text follows the document's line endings (a CRLF file stays CRLF)."""
-    if newline == "\r\n":
-        return piece.replace("\r\n", "\n").replace("\n", "\r\n")
-    return piece
-
-
 # --- noticing a change on disk -----------------------------------------------------------
 
 

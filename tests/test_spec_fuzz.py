@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from sharpen.core.errors import SpanError, UsageError
-from sharpen.core.files import encode_text, match_newlines, newline_style, read_text_file
+from sharpen.core.files import encode_text, read_text_file
+from sharpen.core.newlines import match_newlines, newline_style
 from sharpen.core.changes import ChangeSet
 from sharpen.core.spans import Span, validate_spans
 from sharpen.app.specs import LineIndex, format_range, parse_edit_list, parse_range, parse_spec

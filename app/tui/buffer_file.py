@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.errors import InputError
-from ...core.files import TextFile, check_writable, disk_change, newline_style, read_text_file, save_text_file
+from ...core.files import TextFile, check_writable, disk_change, read_text_file, save_text_file
+from ...core.newlines import newline_style
 
 # File suffix -> tree-sitter language shipped with textual[syntax]; others open as plain text.
 LANGUAGES = {

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from ...core.errors import SharpenError
-from ...core.files import newline_style
+from ...core.newlines import newline_style
 from ...core.recovery import RecoveryStore, changed_since_recorded, worth_offering
 from .buffer_file import split_endings
 from .confirm_screen import ConfirmScreen

@@ -1,0 +1,19 @@
+"""Line endings: what a document's line break is, and how generated text follows it.
+
+Pure text functions, shared by the engine (generated spans follow the file's endings) and
+the front ends (what a buffer is saved with); no file I/O here.
+"""
+from __future__ import annotations
+
+
+def newline_style(text: str) -> str:
+    """The document's line ending: '\\r\\n' when every newline is CRLF, else '\\n'."""
+    lf = text.count("\n")
+    return "\r\n" if lf and text.count("\r\n") == lf else "\n"
+
+
+def match_newlines(piece: str, newline: str) -> str:
+    """Generated text follows the document's line endings (a CRLF file stays CRLF)."""
+    if newline == "\r\n":
+        return piece.replace("\r\n", "\n").replace("\n", "\r\n")
+    return piece
