@@ -21,10 +21,6 @@ FORMS = {"body": None, "node": "node", "expr": "expression", "stmt": "statement"
 _SYNTAX = re.compile(r"^(" + "|".join(FORMS) + r")@([0-9]{1,12})(?::([0-9]{1,12}))?$")
 
 
-def is_syntax_spec(item: str) -> bool:
-    return _SYNTAX.match(item.strip()) is not None
-
-
 def syntax_range(item: str, text: str, index, path: str | None = None) -> tuple[int, int] | None:
     """(start, end) for a syntax form, or None when `item` is not one (then it is a plain range).
 

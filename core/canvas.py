@@ -35,10 +35,6 @@ class Canvas:
     rows: tuple[tuple[int, ...], ...] | None = None  # optional per-row starting canvases of the same length
     # (candidate lengths: a row's extra slots start as pad), denoised together as one batch
 
-    @property
-    def length(self) -> int:
-        return len(self.ids)
-
 
 def _lines_tail(text: str, budget: int, tokenizer: Tokenizer) -> list[int]:
     """Tokens of the longest tail of `text` that starts at a line start and fits `budget`."""
