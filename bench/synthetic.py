@@ -126,7 +126,7 @@ def rows_for_shape(shape: str, args, dtype) -> list[dict]:
     if args.naive:
         add("naive", 1, "none (full logits)", None, *timed(lambda: run_naive(denoiser, canvas), device, args.repeats))
     for per_step in (int(v) for v in args.per_step.split(",")):
-        for cache, block in (("none", None), ("dual", args.block_size)):
+        for cache, block in (("none", 0), ("dual", args.block_size)):
             settings = Sampling(schedule="fixed", steps=max(1, args.span // per_step), cache=cache, block_size=block)
             add("sharpen", per_step, cache, block, *timed(lambda: run_sampler(denoiser, canvas, settings), device, args.repeats))
     model_config = denoiser.model.cfg
