@@ -2,7 +2,6 @@
 
     python bench/soak.py                    # the embedded model (core/embedded/), 500 edits
     python bench/soak.py --model DIR        # a checkpoint directory
-    python bench/soak.py --tiny             # a tiny random checkpoint written on the fly (tests' layout)
 
 Every edit goes through `run_headless` (the function behind `sharpen FILE --apply-edit`),
 with the model loaded once and passed in. The edits cycle through --in-place, plain stdout,
@@ -58,17 +57,9 @@ def rss_bytes() -> int:
     return 0
 
 
-def tiny_checkpoint(directory: Path) -> Path:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from checkpoints import write_tiny_sharpen  # the tests' tiny random layout
-
-    return write_tiny_sharpen(directory / "tiny")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="checkpoint directory (default: the embedded model)")
-    parser.add_argument("--tiny", action="store_true", help="write and use a tiny random checkpoint")
     parser.add_argument("--edits", type=int, default=500)
     parser.add_argument("--every", type=int, default=50, help="print a row every N edits")
     parser.add_argument("--max-tokens", type=int, default=8, help="infill slots per span")
@@ -77,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="sharpen-soak-"))
-    model = opts.model or (str(tiny_checkpoint(work)) if opts.tiny else None)
+    model = opts.model
     if model is None and not (embedded_model_path() / "config.json").exists():
-        parser.error("no embedded model in core/embedded/; pass --model DIR or --tiny")
+        parser.error("no embedded model in core/embedded/; pass --model DIR")
     target = work / "handlers.py"
     original = SOURCE.encode()
     target.write_bytes(original)

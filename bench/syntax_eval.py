@@ -38,7 +38,6 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # train/ is a folder of the repo, not an installed package
-sys.path.insert(0, str(ROOT / "bench"))
 
 from sharpen.core.candidates import CandidatePlan  # noqa: E402
 from sharpen.core.canvas import DEFAULT_POINT_INFILL  # noqa: E402

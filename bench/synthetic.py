@@ -21,8 +21,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed import build_causal_lm, naive_loop  # noqa: E402
+from speed import build_causal_lm, naive_loop  # bench/ is on the path: the script's own folder, or pytest's pythonpath
 
 SHAPES = {
     # LLaDA-8B: OLMo-style dims from its config.json.

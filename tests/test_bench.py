@@ -1,11 +1,6 @@
 """bench/speed.py's measuring loop on the tiny model: every method fills every slot, rows add up."""
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import speed  # noqa: E402
+import speed  # bench/speed.py (pytest's pythonpath)
 
 from sharpen.core import canvas as canvas_mod  # noqa: E402
 from sharpen.core import engine  # noqa: E402

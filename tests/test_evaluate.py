@@ -3,14 +3,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # train/ is a repo folder (scripts), not part of the installed package
-
-from train import evaluate as E  # noqa: E402
+from train import evaluate as E
 
 PROBLEM = {
     "prompt": "def double(x):\n",
@@ -77,10 +73,6 @@ def test_a_missing_corpus_is_one_clear_line(tmp_path):
 
 @pytest.mark.skipif(not E.HUMANEVAL_DIR.exists(), reason="shared HumanEval-Infilling data not present (../shared)")
 def test_syntax_eval_table_per_task_limits(tiny_model_dir, capsys):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     import syntax_eval
 
     results = syntax_eval.main(["--model", str(tiny_model_dir), "--limit", "2,1", "--methods", "fixed,candidates,candidates-no-syntax,oracle", "--threads", "1"])
@@ -90,10 +82,6 @@ def test_syntax_eval_table_per_task_limits(tiny_model_dir, capsys):
 
 
 def test_syntax_eval_without_the_data_is_one_clear_error(monkeypatch, tmp_path, capsys):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     import syntax_eval
 
     monkeypatch.setattr(syntax_eval, "HUMANEVAL_DIR", tmp_path / "missing")

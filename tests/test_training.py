@@ -2,21 +2,17 @@
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # train/ is a repo folder (scripts), not part of the installed package
+from train import corpus
+from train.data import Batches, InfillConfig, infill_example, mask_batch, token_stream
+from train.train import causal_attention, diffusion_loss, init_weights, lr_at, make_optimizer, next_token_loss
 
-from train import corpus  # noqa: E402
-from train.data import Batches, InfillConfig, infill_example, mask_batch, token_stream  # noqa: E402
-from train.train import causal_attention, diffusion_loss, init_weights, lr_at, make_optimizer, next_token_loss  # noqa: E402
-
-from sharpen.core.model import Transformer, preset  # noqa: E402
-from sharpen.core.tokenizer import train_byte_bpe  # noqa: E402
+from sharpen.core.model import Transformer, preset
+from sharpen.core.tokenizer import train_byte_bpe
 
 SOURCE = "\n".join(
     f"def function_{i}(value, other=None):\n"
