@@ -26,7 +26,6 @@ from typing import Callable, Iterator
 
 import torch
 
-from ..kernels import reference as K
 from ..kernels import step as kernels
 from .canvas import Canvas
 from .denoiser import DenoiserLike

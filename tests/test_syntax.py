@@ -13,7 +13,6 @@ from sharpen.app.syntax_specs import colour_diff
 from sharpen.core.candidates import (Candidate, CandidatePlan, candidate_rows, content_tokens, plan_canvas_spans, rank,
                                      selected_tokens, trim_filler)
 from sharpen.core.canvas import build_canvas
-from sharpen.core.denoiser import ModelSpec
 from sharpen.core.engine import apply_edit
 from sharpen.core.length import AdaptiveLength, filled_up, next_budgets, start_budget
 from sharpen.core.settings import Sampling

@@ -5,7 +5,6 @@ one undo step, untouched buffers), never what the model wrote.
 """
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest

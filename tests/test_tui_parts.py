@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sharpen.app.config import Config, load_config, parse_config
+from sharpen.app.config import load_config, parse_config
 from sharpen.app.tui.buffer_file import BufferFile, restore_line_endings, split_endings
 from sharpen.app.tui.preview import DOUBTFUL, MARKED, MASK_GLYPH, MASKED, SURE, UNSURE, Piece, compose, span_pieces
 from sharpen.app.tui.themes import load_themes, parse_theme
