@@ -11,21 +11,19 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
-from . import length as L
+from .candidates import CandidatePlan, ExactRows, candidate_rows, plan_canvas_spans, plan_for_count, rank, score_rows, selected_tokens
 from .canvas import build_canvas, span_text
+from .changes import ChangeSet
 from .denoiser import DenoiserLike
 from .errors import Cancelled, UsageError
-from .newlines import match_newlines, newline_style
 from .instruct import build_instruct_canvas, uses_chat
+from .length import AdaptiveLength, filled_up, next_budgets, start_budget
+from .newlines import match_newlines, newline_style
 from .sampler import Frame, LoopRules, denoise
 from .settings import LENGTHS, Editing, Sampling
-from .changes import ChangeSet
 from .spans import Span, validate_spans
-
-if TYPE_CHECKING:
-    from .candidates import CandidatePlan
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +79,6 @@ def edit_options(editing: Editing, path: str | None = None) -> dict:
     """run_edit's keyword arguments for an Editing request (`path` names the language candidates parse)."""
     options: dict = {"context_tokens": editing.context_tokens, "length": editing.length}
     if editing.candidates > 1:
-        from .candidates import plan_for_count
-
         options["candidates"] = plan_for_count(editing.candidates, path=path)
     return options
 
@@ -126,13 +122,11 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
     if uses_chat(ordered):  # an instruction: the canvas is a chat turn (instruct.py)
         canvas = build_instruct_canvas(text, ordered, tok, spec, context_tokens, denoiser.max_len)
     elif candidates is not None and pad is not None:
-        from . import candidates as C
-
-        wide, row_lengths = C.plan_canvas_spans(ordered, C.selected_tokens(text, ordered, tok), candidates)
+        wide, row_lengths = plan_canvas_spans(ordered, selected_tokens(text, ordered, tok), candidates)
         canvas = build_canvas(text, wide, tok, spec.mask_id, context_tokens, denoiser.max_len)
-        canvas = C.candidate_rows(canvas, row_lengths, pad)
+        canvas = candidate_rows(canvas, row_lengths, pad)
         if candidates.exact:
-            denoiser = C.ExactRows(denoiser, canvas, settings.samples)
+            denoiser = ExactRows(denoiser, canvas, settings.samples)
     else:
         canvas = build_canvas(text, ordered, tok, spec.mask_id, context_tokens, denoiser.max_len)
     started = time.perf_counter()
@@ -167,18 +161,16 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
 
 def _adaptive_runs(denoiser, text: str, ordered: list[Span], settings: Sampling, context_tokens: int,
                    should_stop: Callable[[], bool], candidates=None, rules: LoopRules = LoopRules(),
-                   policy: L.AdaptiveLength = L.AdaptiveLength()) -> Iterator[EditFrame]:
+                   policy: AdaptiveLength = AdaptiveLength()) -> Iterator[EditFrame]:
     """Rounds of run_once with growing budgets (core/length.py's policy); only the last round's done frame is yielded.
 
     With a CandidatePlan the best candidate's length is the one judged and grown from, and
     the next round's ladder is centred on it. With exact rows (CandidatePlan.exact) no row
     can end early, so a span grows when its longest rung won.
     """
-    from .candidates import selected_tokens
-
     end_ids = denoiser.spec.end_ids
     selected = selected_tokens(text, ordered, denoiser.tokenizer)
-    budgets = [L.start_budget(s, n, policy) for s, n in zip(ordered, selected)]
+    budgets = [start_budget(s, n, policy) for s, n in zip(ordered, selected)]
     room = denoiser.max_len // 2  # never let slots crowd out all context
     caps = [min(s.max_tokens or policy.max_tokens, room) for s in ordered]
     steps, seconds = 0, 0.0
@@ -202,9 +194,9 @@ def _adaptive_runs(denoiser, text: str, ordered: list[Span], settings: Sampling,
             top = [max(c.lengths[i] for c in result.candidates) for i in range(len(ordered))]
             filled = [n is not None and n == t for n, t in zip(used, top)]
         else:
-            filled = [n is not None and L.filled_up(frame.final_ids[b][i], frame.final_confidence[b][i], n, end_ids, policy)
+            filled = [n is not None and filled_up(frame.final_ids[b][i], frame.final_confidence[b][i], n, end_ids, policy)
                       for i, n in enumerate(used)]
-        grown = L.next_budgets(budgets, used, filled, caps, policy.grow)
+        grown = next_budgets(budgets, used, filled, caps, policy.grow)
         log.debug("adaptive round %d: budgets %s used %s filled %s -> %s", round_, budgets, used, filled, grown)
         if grown == budgets or round_ == policy.rounds - 1:
             break
@@ -215,8 +207,6 @@ def _adaptive_runs(denoiser, text: str, ordered: list[Span], settings: Sampling,
 
 def _ranked_result(text, ordered, frame, per_sample, row_lengths, samples, drop, plan, tokenizer, seconds) -> EditResult:
     """Candidates scored (parse, then confidence) and ranked: best first, the rest alternatives."""
-    from .candidates import rank, score_rows
-
     ranked = rank(score_rows(text, ordered, frame, row_lengths, samples, per_sample, drop, plan, tokenizer))
     best = ranked[0]
     b = best.batch
