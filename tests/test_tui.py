@@ -338,6 +338,34 @@ async def test_marks_follow_edits_and_refuse_overlaps(example):
         assert editor.marks == [] and app.status.marks == 0
 
 
+async def test_marks_survive_undo_and_redo(example):
+    """Undo and redo move marks with their text (core.changes), as typing does."""
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        original = editor.buffer_text
+        select_line(editor, 5)
+        start, end = editor.selected_offsets()
+        marked = original[start:end]
+        await pilot.press("alt+m")
+        editor.move_cursor((0, 0))
+        await pilot.press(*"# a new first line", "enter", *"# and one more", "enter")
+        typed = editor.buffer_text
+        shifted = [(start + 34, end + 34)]
+        assert editor.marks == shifted
+        while editor.buffer_text != original:  # every typing batch undone: the mark goes back with its text
+            editor.undo()
+            (s, e), = editor.marks
+            assert editor.buffer_text[s:e] == marked
+        assert editor.marks == [(start, end)]
+        while editor.buffer_text != typed:
+            editor.redo()
+        assert editor.marks == shifted
+        editor.move_cursor(editor.location_of(shifted[0][0] + 2))
+        await pilot.press("x")  # typing inside the mark: its text is no longer what was marked
+        assert editor.marks == []
+
+
 async def test_find_go_to_line_wrap_and_theme(example):
     app = make_app([example])
     async with app.run_test(size=SIZE) as pilot:

@@ -239,6 +239,22 @@ async def test_expand_and_shrink_selection_by_syntax_node(example):
         assert plain.selected_offsets() == (0, 7)
 
 
+async def test_expand_history_moves_with_edits_elsewhere(example):
+    """An edit outside the expanded selections moves their history with the text (core.changes);
+    before, any change forgot it."""
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        at = editor.buffer_text.index("number % 15")
+        editor.select_offsets(at + 2, at + 2)
+        await pilot.press("alt+e")
+        first = editor.selected_offsets()
+        await pilot.press("alt+e")
+        editor.insert("# a comment line\n", (0, 0))  # TextArea moves the selection along with it
+        await pilot.press("alt+d")
+        assert editor.selected_offsets() == (first[0] + 17, first[1] + 17)
+
+
 async def test_fill_body_masks_the_function_body_and_accepts_in_one_undo_step(example, tiny_denoiser):
     app = make_app([example])
     async with app.run_test(size=SIZE) as pilot:

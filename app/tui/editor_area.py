@@ -6,7 +6,7 @@ joined with '\\n' (what the engine sees), whatever the file's line endings are.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from textual.document._document import Location
 from textual.document._edit import Edit
@@ -14,6 +14,7 @@ from textual.reactive import reactive
 from textual.widgets import TextArea
 from textual.widgets.text_area import Selection
 
+from ...core.changes import ChangeSet
 from .buffer_file import BufferFile
 
 
@@ -57,6 +58,10 @@ class EditorArea(TextArea):
         self._mark_rows: dict[int, list[tuple[int, int]]] = {}
         # Called synchronously before the buffer changes, so a run is stopped before its text moves.
         self.before_change: Callable[[], bool] | None = None  # True when it stopped a run or preview
+        # Others holding offsets into this buffer (the pane's selection stack): told of every
+        # change, as a ChangeSet, when `follows()` says they hold any (offsets cost per keystroke).
+        self.after_change: Callable[[ChangeSet], None] | None = None
+        self.follows: Callable[[], bool] = lambda: False
         self.yield_tab = False  # while a run or preview is up, Tab means Accept (an app binding)
 
     # -- text and offsets ---------------------------------------------------------------
@@ -106,25 +111,55 @@ class EditorArea(TextArea):
     def edit(self, edit: Edit):
         if self.before_change is not None:
             self.before_change()
-        if not self.marks:  # the common case: no offsets to compute per keystroke
+        if not self._tracking():  # the common case: no offsets to compute per keystroke
             return super().edit(edit)
         start, end = sorted((edit.from_location, edit.to_location))
-        start_offset, end_offset = self.offset_of(start), self.offset_of(end)
-        result = super().edit(edit)
-        self._shift_marks(start_offset, end_offset, self.offset_of(result.end_location))
-        return result
+        done = []
+        self._replace_tracked(start, end, lambda: done.append(super(EditorArea, self).edit(edit)), lambda: done[0].end_location)
+        return done[0]
 
     def undo(self) -> None:
         if self.before_change is not None and self.before_change():
             return  # Ctrl+Z over a preview or a run just drops it: the buffer has nothing to undo yet
-        self.clear_marks()  # undo bypasses edit(), so mark offsets could no longer be trusted
         super().undo()
 
     def redo(self) -> None:
         if self.before_change is not None and self.before_change():
             return
-        self.clear_marks()
         super().redo()
+
+    # Undo and redo bypass edit(): with marks (or other offsets) to keep, their edits run one at
+    # a time so each one's range is known in the text it applies to, and the marks follow.
+    # Undoing an edit puts [top, bottom) of the text before it back; redoing it replaces that range again.
+    def _undo_batch(self, edits: Sequence[Edit]) -> None:
+        if not self._tracking():
+            return super()._undo_batch(edits)
+        for edit in reversed(edits):
+            self._replace_tracked(edit.top, edit._edit_result.end_location, lambda e=edit: super(EditorArea, self)._undo_batch([e]),
+                                  lambda e=edit: e.bottom)
+
+    def _redo_batch(self, edits: Sequence[Edit]) -> None:
+        if not self._tracking():
+            return super()._redo_batch(edits)
+        for edit in edits:
+            self._replace_tracked(edit.top, edit.bottom, lambda e=edit: super(EditorArea, self)._redo_batch([e]),
+                                  lambda e=edit: e._edit_result.end_location)
+
+    def _tracking(self) -> bool:
+        return bool(self.marks) or self.follows()
+
+    def _replace_tracked(self, start: Location, end: Location, replace: Callable[[], object], new_end: Callable[[], Location]) -> None:
+        """Run `replace`, which turns [start, end) of the document into [start, new_end()), and move
+        every tracked offset through that change."""
+        start_offset, end_offset = self.offset_of(start), self.offset_of(end)
+        replace()
+        inserted = self.document.get_text_range(start, new_end())
+        if self.document.newline != "\n":  # offsets count the text joined with '\n'
+            inserted = inserted.replace(self.document.newline, "\n")
+        changes = ChangeSet.of([(start_offset, end_offset, inserted)])
+        self._follow_marks(changes)
+        if self.after_change is not None:
+            self.after_change(changes)
 
     @property
     def unsaved(self) -> bool:
@@ -151,18 +186,12 @@ class EditorArea(TextArea):
             self.marks = []
             self._marks_changed()
 
-    def _shift_marks(self, start: int, end: int, new_end: int) -> None:
-        """Keep marks on their text when an edit replaces [start, end) with [start, new_end)."""
+    def _follow_marks(self, changes: ChangeSet) -> None:
+        """Keep marks on their text through a change; a mark the change cuts into is dropped
+        (its text is no longer what was marked)."""
         if not self.marks:
             return
-        kept = []
-        for s, e in self.marks:
-            if e <= start:
-                kept.append((s, e))
-            elif s >= end:
-                kept.append((s + new_end - end, e + new_end - end))
-            # a mark the edit cuts into is dropped: its text is no longer what was marked
-        self.marks = kept
+        self.marks = [moved for s, e in self.marks if (moved := changes.map_range(s, e)) is not None]
         self._marks_changed()
 
     def _marks_changed(self) -> None:

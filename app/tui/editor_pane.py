@@ -86,6 +86,8 @@ class EditorPane(Container):
 
     def on_mount(self) -> None:
         self.editor.before_change = self._interrupt
+        self.editor.after_change = self._follow_change
+        self.editor.follows = lambda: bool(self.selection_stack)
         self.preview.scroll_target = self.editor
         self.watch(self.editor, "scroll_y", self._follow_scroll, init=False)
         self.watch(self.editor, "scroll_x", self._follow_scroll, init=False)
@@ -153,7 +155,6 @@ class EditorPane(Container):
 
     def _interrupt(self) -> bool:
         # Typing (or undo, paste, ...) during a run cancels it; during a preview it rejects it.
-        self.selection_stack.clear()  # offsets of earlier selections no longer hold
         if self.phase == RUNNING:
             self.cancel()
             return True
@@ -162,6 +163,16 @@ class EditorPane(Container):
             return True
         self.notice = ""  # the last run's note is stale once the buffer moves on
         return False
+
+    def _follow_change(self, changes) -> None:
+        """Expand selection's history moves with the text (core.changes); an entry whose
+        selection the change cut into is no longer a step back to anything: dropped."""
+        kept = []
+        for before, after in self.selection_stack:
+            moved = changes.map_range(*before), changes.map_range(*after)
+            if None not in moved:
+                kept.append(moved)
+        self.selection_stack = kept
 
     def _stop_run(self) -> None:
         if self.edit_run is not None:
