@@ -16,7 +16,8 @@ import pytest
 from sharpen.app.config import Config
 from sharpen.app.tui.commands import COMMANDS
 from sharpen.app.tui.confirm_screen import ConfirmScreen
-from sharpen.app.tui.editor_app import BINDINGS, SharpenApp
+from sharpen.app.tui.editor_app import ALL_BINDINGS, BINDINGS, SharpenApp
+from sharpen.app.tui.editor_pane import EditorPane
 from sharpen.app.tui.editor_pane import IDLE, PREVIEW
 from sharpen.app.tui.messages import ModelLoaded
 from sharpen.app.tui.themes import load_themes
@@ -196,14 +197,24 @@ async def test_opening_a_file_with_recovery_offers_restore_with_one_undo_step(ex
 
 
 def test_syntax_keys_are_bound_once_and_listed():
-    keys = [key.strip() for binding in BINDINGS for key in binding.key.split(",")]
+    keys = [key.strip() for binding in ALL_BINDINGS for key in binding.key.split(",")]
     assert len(keys) == len(set(keys)), "two bindings share a key"
     ids = {c.binding_id for c in COMMANDS}
     assert {"expand-selection", "shrink-selection", "fill-body"} <= ids
     # No key that terminals or tmux mangle (Alt+F/Alt+B are word motion, Alt+punctuation is ESC+char).
-    for binding in BINDINGS:
+    for binding in ALL_BINDINGS:
         if binding.id in ("expand-selection", "shrink-selection", "fill-body"):
             assert binding.key in ("alt+e", "alt+d", "alt+l")
+
+
+def test_buffer_commands_are_bound_on_the_pane_and_global_ones_on_the_app():
+    """Bindings live on the widget that owns the action: Textual's focus chain finds the active buffer."""
+    pane_ids = {b.id for b in EditorPane.BINDINGS}
+    assert {"infill", "rewrite", "accept", "cancel", "save", "find", "fill-body"} <= pane_ids
+    assert {b.id for b in BINDINGS} == {"open-file", "next-buffer", "previous-buffer", "help", "quit"}
+    for binding in EditorPane.BINDINGS:
+        assert hasattr(EditorPane, "action_" + binding.action.split("(")[0]), binding.id
+    assert SharpenApp.__mro__[1].__module__.startswith("textual")  # no mixins between the app and App
 
 
 async def test_expand_and_shrink_selection_by_syntax_node(example):

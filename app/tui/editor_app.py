@@ -2,10 +2,13 @@
 
 The first screen paints before torch is imported: the model loads in a thread worker after
 the first refresh, and until it is ready (or failed) the editor works as a plain editor.
+The commands on a buffer and their keys belong to its EditorPane; the app keeps the global
+ones (tabs, open, help, quit), the model, the status bar and recovery.
 """
 from __future__ import annotations
 
 import inspect
+import logging
 from functools import partial
 from pathlib import Path
 
@@ -18,52 +21,32 @@ from textual.widgets import Footer, TabbedContent, TabPane, TextArea
 
 from ...core.errors import SharpenError, UsageError
 from ..config import Config
+from . import file_actions
 from .buffer_file import BufferFile, language_for
 from .commands import COMMANDS, SharpenCommands
+from .confirm_screen import ConfirmScreen
 from .editor_pane import IDLE, PREVIEW, RUNNING, EditorPane
-from .edit_actions import EditActions
-from .file_actions import FileActions
 from .help_screen import HelpScreen
-from .recovery_actions import RecoveryActions
-from .syntax_actions import SyntaxActions
 from .messages import ModelFailed, ModelLoaded
 from .model_runner import load_model
+from .prompt_screen import PromptScreen
+from .recovery_actions import RecoveryKeeper
+from .session import Session
 from .status_bar import StatusBar
 from .themes import LoadedTheme, syntax_theme_for
 
-# Keys chosen to reach the app through plain terminals and tmux: no ctrl+shift, no ctrl+space,
-# and no Alt+punctuation (Textual reads ESC = as "≠" and ESC . as "."; ESC f is ctrl+right).
-# Each binding has an id: the config's [keymap] rebinds by id (see docs/editor.md).
+log = logging.getLogger(__name__)
+
+# The app's own keys; a buffer's commands are bound on EditorPane. Each binding has an id:
+# the config's [keymap] rebinds by id (docs/editor.md).
 BINDINGS = [
-    Binding("alt+i", "infill", "Infill", id="infill", tooltip="Infill the selection, or fill at the cursor"),
-    Binding("alt+r", "rewrite", "Rewrite", id="rewrite"),
-    Binding("alt+m", "mark_region", "Mark", id="mark-region"),
-    Binding("alt+a", "fill_marked", "Fill marked", id="fill-marked"),  # not alt+f: terminals send it as ctrl+right
-    # Alt+E / Alt+D: E above D on the keyboard, grow / shrink. Alt+L: fiLL body.
-    Binding("alt+e", "expand_selection", "Expand", id="expand-selection", show=False),
-    Binding("alt+d", "shrink_selection", "Shrink", id="shrink-selection", show=False),
-    Binding("alt+l", "fill_body", "Fill body", id="fill-body", show=False),
-    Binding("alt+c", "clear_marks", "Clear marks", id="clear-marks", show=False),
-    Binding("tab", "accept", "Accept", id="accept", priority=True),
-    Binding("escape", "cancel_or_reject", "Cancel/Reject", id="cancel", priority=True, show=False),
-    # Alt+] / Alt+[ need a terminal that reports them unambiguously (kitty protocol); in tmux
-    # they arrive as ESC ] / ESC [, so Alt+N / Alt+P do the same everywhere.
-    Binding("alt+right_square_bracket,alt+n", "cycle(1)", "Next alt.", id="next-alternative", priority=True, show=False),
-    Binding("alt+left_square_bracket,alt+p", "cycle(-1)", "Prev alt.", id="previous-alternative", priority=True, show=False),
-    Binding("alt+up", "strength(0.1)", "Stronger", id="rewrite-stronger", show=False),
-    Binding("alt+down", "strength(-0.1)", "Weaker", id="rewrite-weaker", show=False),
-    Binding("ctrl+s", "save", "Save", id="save"),
-    Binding("alt+s", "save_as", "Save as", id="save-as", show=False),
     Binding("alt+o", "open_file", "Open", id="open-file", show=False),
-    Binding("ctrl+f", "find", "Find", id="find", show=False),
-    Binding("f3", "find_next", "Find next", id="find-next", show=False),
-    Binding("ctrl+g", "goto_line", "Go to line", id="goto-line", show=False),
-    Binding("alt+z", "toggle_wrap", "Soft wrap", id="soft-wrap", show=False),
     Binding("alt+right,ctrl+pagedown", "switch_buffer(1)", "Next tab", id="next-buffer", show=False),
     Binding("alt+left,ctrl+pageup", "switch_buffer(-1)", "Previous tab", id="previous-buffer", show=False),
     Binding("f1", "help", "Keys", id="help"),
     Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
 ]
+ALL_BINDINGS = [*EditorPane.BINDINGS, *BINDINGS]  # every binding id a keymap may name
 
 
 KEY_NAMES = {"escape": "Esc", "right_square_bracket": "]", "left_square_bracket": "[", "pageup": "PgUp", "pagedown": "PgDn"}
@@ -78,10 +61,12 @@ def rate_label(tokens_per_second: float) -> str:
     return f"{tokens_per_second:.1f} tok/s" if tokens_per_second < 10 else f"{tokens_per_second:.0f} tok/s"
 
 
-class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
+class SharpenApp(App):
     """The editor. `files` open in tabs; `config` is app.config.Config; `themes` from themes.load_themes."""
 
     TITLE = "sharpen"
+    recovery_interval: float = 10.0  # seconds between recovery writes of unsaved buffers
+    handle_signals: bool = False  # SIGTERM / SIGHUP write recovery first (run_editor turns it on)
     COMMANDS = App.COMMANDS | {SharpenCommands}
     BINDINGS = BINDINGS
     CSS = """
@@ -96,9 +81,8 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
                  load_model_on_start: bool = True, config_path: Path | None = None) -> None:
         super().__init__()
         self.files, self.config, self.loaded_themes = files, config, themes or {}
-        self.denoiser = None
-        self.model_error: str | None = None  # set when loading failed: the model is unavailable
-        self.strength = config.editing.strength
+        self.session = Session(config, strength=config.editing.strength)  # shared by every pane
+        self.recovery = RecoveryKeeper(self)
         self.load_model_on_start = load_model_on_start
         self._buffer_ids = 0
         self._footer_phase = IDLE
@@ -117,7 +101,7 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
         self.theme_changed_signal.subscribe(self, self._apply_syntax_theme)
         if self.config.editor.theme in self.available_themes:
             self.theme = self.config.editor.theme
-        self.recovery_start()
+        self.recovery.start(self.recovery_interval, self.handle_signals)
         buffers = []
         for path in self.files:
             try:
@@ -127,10 +111,10 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
         for buffer in buffers or [BufferFile(None)]:
             await self.add_buffer(buffer, activate=False)  # the first file named stays the one shown
         self.panes()[0].editor.focus()
-        self.status.strength = self.strength
-        unknown = sorted(set(self.config.keymap) - {b.id for b in BINDINGS})
+        self.status.strength = self.session.strength
+        unknown = sorted(set(self.config.keymap) - {b.id for b in ALL_BINDINGS})
         if unknown:
-            known = ", ".join(sorted(b.id for b in BINDINGS))
+            known = ", ".join(sorted(b.id for b in ALL_BINDINGS))
             self.notify(f"[keymap] has no binding {unknown[0]!r}; known ids: {known}", title="Config", severity="warning", timeout=15)
         if self.load_model_on_start:
             self.call_after_refresh(self.start_model_loading)
@@ -143,7 +127,7 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
 
     async def add_buffer(self, buffer: BufferFile, activate: bool = True) -> EditorPane:
         self._buffer_ids += 1
-        pane = EditorPane(buffer, None, soft_wrap=self.config.editor.soft_wrap, id=f"buffer-{self._buffer_ids}")
+        pane = EditorPane(buffer, self.session, soft_wrap=self.config.editor.soft_wrap, id=f"buffer-{self._buffer_ids}")
         tabs = self.query_one(TabbedContent)
         await tabs.add_pane(TabPane(buffer.name, pane, id=f"tab-{self._buffer_ids}"))
         pane.register_syntax_theme(syntax_theme_for(self.current_theme, self.loaded_themes))
@@ -153,7 +137,7 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
             tabs.active = f"tab-{self._buffer_ids}"
             pane.editor.focus()
         self.update_status()
-        self.offer_recovery(pane)  # unsaved changes from an earlier session: Restore / Discard
+        self.recovery.offer_recovery(pane)  # unsaved changes from an earlier session: Restore / Discard
         return pane
 
     def panes(self) -> list[EditorPane]:
@@ -198,27 +182,23 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
         self.status.model = "loading model…"
         self.run_worker(partial(load_model, self.config.model, self.post_message), thread=True, group="model", exit_on_error=False)
 
+    @property
+    def denoiser(self):
+        return self.session.denoiser
+
+    @property
+    def model_error(self) -> str | None:
+        return self.session.model_error
+
     def on_model_loaded(self, message: ModelLoaded) -> None:
-        self.denoiser, self.model_error = message.denoiser, None
+        self.session.denoiser, self.session.model_error = message.denoiser, None
         spec = message.denoiser.spec
         self.status.model, self.status.model_failed, self.status.device = spec.name or spec.family, False, message.device
 
     def on_model_failed(self, message: ModelFailed) -> None:
-        self.model_error = message.error
+        self.session.model_error = message.error
         self.status.model, self.status.model_failed, self.status.device = "model unavailable", True, ""
         self.notify(message.error, title="Model unavailable; editing still works", severity="error", timeout=10)
-
-    def action_undo(self) -> None:
-        if (pane := self.active_pane()) is not None:
-            pane.editor.undo()
-
-    def action_redo(self) -> None:
-        if (pane := self.active_pane()) is not None:
-            pane.editor.redo()
-
-    def action_toggle_wrap(self) -> None:
-        if (pane := self.active_pane()) is not None:
-            pane.editor.soft_wrap = not pane.editor.soft_wrap
 
     def action_help(self) -> None:
         rows = [(self.keys_for(c.binding_id) if c.binding_id else c.fixed_keys, c.title, c.binding_id or "") for c in COMMANDS]
@@ -228,17 +208,59 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
         hint = f"Rebind keys in {self.config_path or default_config_path()}, table [keymap]: binding-id = \"key\". Esc closes."
         self.push_screen(HelpScreen(rows, hint))
 
-    def check_action(self, action: str, parameters: tuple) -> bool | None:
-        # Tab, Esc and the alternative keys belong to the preview; elsewhere they go to the editor.
-        if action in ("accept", "cancel_or_reject", "cycle") and self.screen is not self.screen_stack[0]:
-            return False  # a dialog is open: its own Esc must close it
-        pane = self.active_pane() if self.is_mounted else None
-        phase = pane.phase if pane is not None else IDLE
-        if action == "accept":
-            return phase != IDLE
-        if action == "cycle":
-            return phase == PREVIEW and pane.edit_run is not None and pane.edit_run.alternatives > 1
-        return True
+    # -- files and quitting ---------------------------------------------------------
+
+    def action_open_file(self) -> None:
+        def chosen(answer: str | None) -> None:
+            if answer:
+                self.open_path(Path(answer).expanduser())
+
+        self.push_screen(PromptScreen("Open file:", placeholder="path/to/file"), chosen)
+
+    def open_path(self, path: Path) -> None:
+        try:
+            buffer = BufferFile.open(path)
+        except SharpenError as exc:
+            self.notify(str(exc), title="Cannot open", severity="error")
+            return
+        self.call_later(self.add_buffer, buffer)  # add_buffer offers a recovery entry, if any
+
+    async def action_quit(self) -> None:
+        dirty = [pane for pane in self.panes() if pane.editor.unsaved]
+        if not dirty:
+            self.recovery.recovery_discard_all()  # a clean quit: nothing left to recover
+            self.exit()
+            return
+        names = ", ".join(pane.editor.buffer.name for pane in dirty)
+        question = f"Unsaved changes in {names}. Save before quitting?"
+        choices = [("save", "Save and quit", "primary"), ("discard", "Quit without saving", "error"), ("cancel", "Cancel", "default")]
+
+        def answered(answer: str) -> None:
+            if answer == "discard":
+                self.recovery.recovery_discard_all()  # the user chose to drop the changes
+                self.exit()
+            elif answer == "save":
+                untitled = [pane for pane in dirty if pane.editor.buffer.path is None]
+                if untitled:
+                    self.notify("an untitled buffer needs Save as first", severity="warning")
+                    return
+                if all(file_actions.write(pane) for pane in dirty):
+                    self.exit()
+
+        self.push_screen(ConfirmScreen(question, choices), answered)
+
+    def on_editor_pane_saved(self, message: EditorPane.Saved) -> None:
+        self.recovery.recovery_saved(message.pane, message.old_path)
+        self.refresh_tab_label(message.pane)
+        self.update_status()
+
+    def _handle_exception(self, error: Exception) -> None:
+        # An unhandled exception ends the app: keep the unsaved work first.
+        try:
+            self.recovery.write_recovery()
+        except Exception:  # never hide the original error
+            log.exception("writing recovery on a crash failed")
+        super()._handle_exception(error)
 
     # -- palette, keys, status ----------------------------------------------------------
 
@@ -247,17 +269,21 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
         super().notify(message, markup=markup, **kwargs)
 
     async def run_command(self, action: str) -> None:
-        """Run an action from the palette, without the key-only check_action gate."""
+        """Run an action from the palette on whoever owns it (the active buffer's pane, or the
+        app), without the key-only check_action gate."""
         _, name, params = actions.parse(action)
-        result = getattr(self, f"action_{name}")(*params)
+        pane = self.active_pane()
+        owner = pane if pane is not None and hasattr(pane, f"action_{name}") else self
+        result = getattr(owner, f"action_{name}")(*params)
         if inspect.isawaitable(result):
             await result
 
     def keys_for(self, binding_id: str) -> str:
-        keys = self._keymap.get(binding_id) or next((b.key for b in self.BINDINGS if b.id == binding_id), "")
+        keys = self._keymap.get(binding_id) or next((b.key for b in ALL_BINDINGS if b.id == binding_id), "")
         return ", ".join(key_label(key.strip()) for key in keys.split(",") if key.strip())
 
     def on_editor_pane_state_changed(self, message: EditorPane.StateChanged) -> None:
+        message.stop()
         if message.pane is self.active_pane():
             self.update_status()
         if message.pane.phase != self._footer_phase:  # the footer's keys depend on the phase only
@@ -283,6 +309,7 @@ class SharpenApp(EditActions, FileActions, SyntaxActions, RecoveryActions, App):
         status.position, status.language = f"Ln {row + 1}, Col {column + 1}", editor.language or ""
         status.marks, status.notice = editor.mark_count, pane.notice
         status.show_strength = not editor.selection.is_empty
+        status.strength = self.session.strength
         stats = pane.edit_run.stats if pane.edit_run is not None else None
         first_key = lambda binding_id: self.keys_for(binding_id).split(", ")[0]  # noqa: E731
         if pane.phase == RUNNING:

@@ -6,6 +6,10 @@
 
 The run works on a snapshot of the buffer; any change to the buffer stops it first (see
 EditorArea.before_change), so the snapshot's offsets stay valid until Accept applies them.
+
+The pane owns the commands on its buffer and their key bindings (model runs, marks, syntax
+selections, save, find): Textual finds them through the focus chain from the buffer's editor,
+and the app keeps only the global ones (tabs, open, help, quit).
 """
 from __future__ import annotations
 
@@ -14,19 +18,24 @@ import threading
 from dataclasses import dataclass
 from functools import partial
 
+from pathlib import Path
+
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Container
 from textual.message import Message
 from textual.reactive import reactive
 
 from ...core.spans import Span
-from ..config import Config
+from . import file_actions, syntax_actions
 from .buffer_file import BufferFile
 from .editor_area import EditorArea
 from .messages import EditCancelled, EditFailed, EditFinished, EditProgress, RunStats
 from .model_runner import EditJob, run_job
 from .preview import EMPTY_GLYPH, FINAL, MASKED, Piece, compose, pieces_text
 from .preview_view import PreviewView
+from .prompt_screen import PromptScreen
+from .session import Session
 
 IDLE, RUNNING, PREVIEW = "idle", "running", "preview"
 _run_ids = itertools.count(1)
@@ -60,6 +69,36 @@ class EditorPane(Container):
     }
     """
 
+    # Keys chosen to reach the editor through plain terminals and tmux: no ctrl+shift, no
+    # ctrl+space, and no Alt+punctuation (Textual reads ESC = as "≠" and ESC . as "."; ESC f is
+    # ctrl+right). Each binding has an id: the config's [keymap] rebinds by id (docs/editor.md).
+    BINDINGS = [
+        Binding("alt+i", "infill", "Infill", id="infill", tooltip="Infill the selection, or fill at the cursor"),
+        Binding("alt+r", "rewrite", "Rewrite", id="rewrite"),
+        Binding("alt+m", "mark_region", "Mark", id="mark-region"),
+        Binding("alt+a", "fill_marked", "Fill marked", id="fill-marked"),  # not alt+f: terminals send it as ctrl+right
+        # Alt+E / Alt+D: E above D on the keyboard, grow / shrink. Alt+L: fiLL body.
+        Binding("alt+e", "expand_selection", "Expand", id="expand-selection", show=False),
+        Binding("alt+d", "shrink_selection", "Shrink", id="shrink-selection", show=False),
+        Binding("alt+l", "fill_body", "Fill body", id="fill-body", show=False),
+        Binding("alt+c", "clear_marks", "Clear marks", id="clear-marks", show=False),
+        # Priority: while a run or preview is up these are the preview's, before the TextArea's own.
+        Binding("tab", "accept", "Accept", id="accept", priority=True),
+        Binding("escape", "cancel_or_reject", "Cancel/Reject", id="cancel", priority=True, show=False),
+        # Alt+] / Alt+[ need a terminal that reports them unambiguously (kitty protocol); in tmux
+        # they arrive as ESC ] / ESC [, so Alt+N / Alt+P do the same everywhere.
+        Binding("alt+right_square_bracket,alt+n", "cycle(1)", "Next alt.", id="next-alternative", priority=True, show=False),
+        Binding("alt+left_square_bracket,alt+p", "cycle(-1)", "Prev alt.", id="previous-alternative", priority=True, show=False),
+        Binding("alt+up", "strength(0.1)", "Stronger", id="rewrite-stronger", show=False),
+        Binding("alt+down", "strength(-0.1)", "Weaker", id="rewrite-weaker", show=False),
+        Binding("ctrl+s", "save", "Save", id="save"),
+        Binding("alt+s", "save_as", "Save as", id="save-as", show=False),
+        Binding("ctrl+f", "find", "Find", id="find", show=False),
+        Binding("f3", "find_next", "Find next", id="find-next", show=False),
+        Binding("ctrl+g", "goto_line", "Go to line", id="goto-line", show=False),
+        Binding("alt+z", "toggle_wrap", "Soft wrap", id="soft-wrap", show=False),
+    ]
+
     phase: reactive[str] = reactive(IDLE)
 
     class StateChanged(Message):
@@ -69,9 +108,17 @@ class EditorPane(Container):
             super().__init__()
             self.pane = pane
 
-    def __init__(self, buffer: BufferFile, language: str | None, soft_wrap: bool = False, **kwargs) -> None:
+    class Saved(Message):
+        """The buffer was written to its file (the app updates recovery, the tab and the status)."""
+
+        def __init__(self, pane: "EditorPane", old_path: Path | None) -> None:
+            super().__init__()
+            self.pane, self.old_path = pane, old_path
+
+    def __init__(self, buffer: BufferFile, session: Session, soft_wrap: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.editor = EditorArea(buffer, language, soft_wrap=soft_wrap)
+        self.session = session
+        self.editor = EditorArea(buffer, None, soft_wrap=soft_wrap)
         self.preview = PreviewView()
         self.edit_run: Run | None = None
         self._pending_frame: EditProgress | None = None
@@ -97,10 +144,152 @@ class EditorPane(Container):
         # between two steps so quitting during a long run does not wait for its end.
         self._stop_run()
 
+    def notify(self, message: str, *, markup: bool = False, **kwargs) -> None:
+        # Messages carry paths and model errors: brackets in them are text, not Textual markup.
+        super().notify(message, markup=markup, **kwargs)
+
+    # -- commands on this buffer (bound above; the palette runs them too) ---------------
+
+    def action_infill(self) -> None:
+        if self._ready():
+            start, end = self.editor.selected_offsets()
+            budget = self.session.config.editing.infill_tokens if start == end else None  # a selection sizes its own slots
+            self.start([Span(start, end, "infill", max_tokens=budget)])
+
+    def action_rewrite(self) -> None:
+        start, end = self.editor.selected_offsets()
+        if start == end:
+            self.notify("select the text to rewrite first", severity="warning", timeout=3)
+            return
+        if not self._ready():
+            return
+        strength = self.session.strength
+        if not self.session.denoiser.spec.chat_template:
+            self.start([Span(start, end, "rewrite", strength=strength)])
+            return
+
+        def with_instruction(answer: str | None) -> None:
+            if answer is not None:
+                self.start([Span(start, end, "rewrite", strength=strength, instruction=answer.strip() or None)])
+
+        self.app.push_screen(PromptScreen("Rewrite instruction (empty: none):", placeholder="e.g. make it iterative"), with_instruction)
+
+    def action_mark_region(self) -> None:
+        editor = self.editor
+        why_not = editor.add_mark(*editor.selected_offsets())
+        if why_not:
+            self.notify(why_not, severity="warning", timeout=3)
+            return
+        editor.move_cursor(editor.selection.end)  # drop the selection so the mark's colour shows
+        self._announce()
+
+    def action_clear_marks(self) -> None:
+        self.editor.clear_marks()
+        self._announce()
+
+    def action_fill_marked(self) -> None:
+        if not self.editor.marks:
+            self.notify(f"mark regions first ({self.app.keys_for('mark-region')} adds the selection)", severity="warning", timeout=3)
+        elif self._ready():
+            self.start([Span(s, e, "infill") for s, e in self.editor.marks])
+
+    def action_fill_body(self) -> None:
+        span = syntax_actions.body_at_cursor(self)
+        if span is None or not self._ready():
+            return
+        start, end = span
+        self.selection_stack.clear()
+        self.editor.select_offsets(start, end)  # shows what is masked once the preview closes
+        budget = self.session.config.editing.infill_tokens if start == end else None
+        self.start([Span(start, end, "infill", max_tokens=budget)])
+
+    def action_expand_selection(self) -> None:
+        syntax_actions.expand_selection(self)
+
+    def action_shrink_selection(self) -> None:
+        syntax_actions.shrink_selection(self)
+
+    def action_accept(self) -> None:
+        if self.phase == IDLE:
+            self.notify("nothing to accept", timeout=2)
+        elif self.phase == RUNNING:
+            self.notify("still running: Tab accepts once it is done, Esc cancels", timeout=2)
+        else:
+            self.accept()
+
+    def action_reject(self) -> None:
+        self.reject()
+
+    def action_cancel(self) -> None:
+        self.cancel()
+
+    def action_cancel_or_reject(self) -> None:
+        if self.phase == RUNNING:
+            self.cancel()
+        elif self.phase == PREVIEW:
+            self.reject()
+        else:
+            self.editor.move_cursor(self.editor.selection.end)  # idle: Esc just drops the selection
+
+    def action_cycle(self, delta: int) -> None:
+        if not self.cycle(delta):
+            self.notify("one alternative only (set samples > 1 in the config)", timeout=2)
+
+    def action_strength(self, delta: float) -> None:
+        session = self.session
+        session.strength = round(min(1.0, max(0.1, session.strength + delta)), 2)
+        self.notify(f"Rewrite re-noises {session.strength:.0%} of the selection", timeout=1.5)
+        self._announce()
+
+    def action_save(self) -> None:
+        file_actions.save(self)
+
+    def action_save_as(self) -> None:
+        file_actions.save_as(self)
+
+    def action_find(self) -> None:
+        file_actions.find(self)
+
+    def action_find_next(self) -> None:
+        file_actions.find_next(self)
+
+    def action_goto_line(self) -> None:
+        file_actions.goto_line(self)
+
+    def action_toggle_wrap(self) -> None:
+        self.editor.soft_wrap = not self.editor.soft_wrap
+
+    def action_undo(self) -> None:
+        self.editor.undo()
+
+    def action_redo(self) -> None:
+        self.editor.redo()
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        # Tab and the alternative keys belong to the preview; elsewhere they go to the editor.
+        if action == "accept":
+            return self.phase != IDLE
+        if action == "cycle":
+            return self.phase == PREVIEW and self.edit_run is not None and self.edit_run.alternatives > 1
+        return True
+
+    def _ready(self) -> bool:
+        """Whether a new run may start on this buffer now; otherwise say why not."""
+        why = self.session.unavailable()
+        if why is None and any(p.phase == RUNNING for p in self.screen.query(EditorPane)):
+            why = "an edit is already running (Esc cancels it)"
+        if why is not None:
+            self.notify(why, severity="warning", timeout=3)
+            return False
+        if self.phase == PREVIEW:
+            self.reject()
+        return True
+
     # -- starting and stopping ----------------------------------------------------------
 
-    def start(self, spans: list[Span], denoiser, config: Config) -> None:
+    def start(self, spans: list[Span]) -> None:
         """Run `spans` (sorted offsets of the current buffer) on the model in a thread worker."""
+        config, denoiser = self.session.config, self.session.denoiser
         self._stop_run()
         self.edit_run = Run(next(_run_ids), self.editor.buffer_text, tuple(spans), threading.Event())
         path = str(self.editor.buffer.path) if self.editor.buffer.path else None

@@ -1,6 +1,6 @@
 """Recovery in the editor: unsaved buffers go to core.recovery's store, and come back on open.
 
-A mixin for SharpenApp (see docs/safety.md, "Recovery"):
+The app's RecoveryKeeper (see docs/safety.md, "Recovery"):
 
 - every `recovery_interval` seconds each buffer with unsaved changes is written to the store
   (repeats of the same text are skipped by the store); also on an unhandled exception and on
@@ -27,18 +27,22 @@ from .confirm_screen import ConfirmScreen
 log = logging.getLogger(__name__)
 
 
-class RecoveryActions:
-    """Needs from the app: panes(), notify(), push_screen(), set_interval(), update_status()."""
+class RecoveryKeeper:
+    """Writes the app's unsaved buffers to the recovery store and offers entries back.
 
-    recovery_interval: float = 10.0  # seconds between recovery writes of unsaved buffers
-    handle_signals: bool = False  # SIGTERM / SIGHUP write recovery first (run_editor turns it on)
+    One per app; `app` is the running SharpenApp (its panes, dialogs and timers).
+    """
 
-    def recovery_start(self) -> None:
+    def __init__(self, app) -> None:
+        self.app = app
         self._recovery_store: RecoveryStore | None = None
         self._recovery_written: set[Path] = set()  # paths this session wrote an entry for
         self._recovery_failed = False
-        self.set_interval(self.recovery_interval, self.write_recovery, name="recovery")
-        if self.handle_signals:
+
+    def start(self, interval: float, handle_signals: bool) -> None:
+        """Write every `interval` seconds; with `handle_signals`, SIGTERM / SIGHUP write first."""
+        self.app.set_interval(interval, self.write_recovery, name="recovery")
+        if handle_signals:
             self._install_signal_handlers()
 
     @property
@@ -57,7 +61,7 @@ class RecoveryActions:
     def write_recovery(self) -> int:
         """Write every unsaved buffer to the store now; returns how many were written."""
         written = 0
-        for pane in self.panes():
+        for pane in self.app.panes():
             editor = pane.editor
             path = self.recovery_path(pane)
             try:
@@ -75,7 +79,7 @@ class RecoveryActions:
             except (SharpenError, OSError) as exc:
                 if not self._recovery_failed:  # once: never nag while editing
                     self._recovery_failed = True
-                    self.notify(f"recovery copies cannot be written: {exc}", title="Recovery", severity="warning", timeout=8)
+                    self.app.notify(f"recovery copies cannot be written: {exc}", title="Recovery", severity="warning", timeout=8)
         return written
 
     def recovery_saved(self, pane, old_path: Path | None) -> None:
@@ -100,14 +104,6 @@ class RecoveryActions:
         except OSError as exc:
             log.warning("could not discard the recovery for %s: %s", path, exc)
 
-    def _handle_exception(self, error: Exception) -> None:
-        # An unhandled exception ends the app: keep the unsaved work first.
-        try:
-            self.write_recovery()
-        except Exception:  # never hide the original error
-            log.exception("writing recovery on a crash failed")
-        super()._handle_exception(error)
-
     def _install_signal_handlers(self) -> None:
         import asyncio
         import signal
@@ -116,7 +112,7 @@ class RecoveryActions:
             try:
                 self.write_recovery()
             finally:
-                self.exit(return_code=128 + signum)
+                self.app.exit(return_code=128 + signum)
 
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
@@ -153,10 +149,10 @@ class RecoveryActions:
                 self.restore_recovery(pane, entry)
             elif answer == "discard":
                 self._discard(buffer.path)
-                self.notify(f"recovered changes to {buffer.name} discarded", timeout=3)
+                self.app.notify(f"recovered changes to {buffer.name} discarded", timeout=3)
 
         choices = [("restore", "Restore", "primary"), ("discard", "Discard", "error"), ("cancel", "Decide later", "default")]
-        self.push_screen(ConfirmScreen(question, choices), answered)
+        self.app.push_screen(ConfirmScreen(question, choices), answered)
         return True
 
     def restore_recovery(self, pane, entry) -> None:
@@ -169,4 +165,4 @@ class RecoveryActions:
         editor.move_cursor((0, 0))
         editor.buffer.bom = entry.bom
         self._recovery_written.add(self.recovery_path(pane))
-        self.notify(f"restored unsaved changes to {editor.buffer.name} (not saved yet; Ctrl+Z shows the file's text)", timeout=4)
+        self.app.notify(f"restored unsaved changes to {editor.buffer.name} (not saved yet; Ctrl+Z shows the file's text)", timeout=4)
