@@ -126,3 +126,17 @@ def test_the_editor_module_does_not_import_torch():
 
     code = "import sys, sharpen.app.tui.editor_app; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_highlighting_and_syntax_commands_share_one_language_detection(tmp_path):
+    """The highlighter used to go by suffix alone and Fill body by pygments + content: a script
+    without a suffix was plain text to one and Python to the other."""
+    from sharpen.app.tui.buffer_file import language_for
+    from sharpen.core.syntax import detect_language
+
+    script = tmp_path / "deploy"
+    text = "#!/usr/bin/env python3\nimport os\n\ndef main():\n    return 0\n"
+    available = {"python", "markdown", "json"}
+    assert language_for(script, text, available) == detect_language(str(script), text) == "python"
+    assert language_for(None, text, available) == "python"  # an untitled buffer: its content decides
+    assert language_for(tmp_path / "notes.txt", "hello\n", available) is None  # plain text

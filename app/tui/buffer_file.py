@@ -14,21 +14,12 @@ from pathlib import Path
 from ...core.errors import InputError
 from ...core.files import TextFile, check_writable, disk_change, read_text_file, save_text_file
 from ...core.newlines import newline_style
+from ...core.syntax import detect_language
 
-# File suffix -> tree-sitter language shipped with textual[syntax]; others open as plain text.
-LANGUAGES = {
-    ".py": "python", ".pyi": "python", ".md": "markdown", ".markdown": "markdown", ".json": "json",
-    ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".rs": "rust", ".go": "go", ".js": "javascript",
-    ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript", ".html": "html", ".htm": "html",
-    ".css": "css", ".sh": "bash", ".bash": "bash", ".sql": "sql", ".java": "java", ".xml": "xml",
-    ".svg": "xml", ".regex": "regex",
-}
-
-
-def language_for(path: Path | None, available: set[str]) -> str | None:
-    if path is None:
-        return None
-    language = LANGUAGES.get(path.suffix.lower())
+def language_for(path: Path | None, text: str, available: set[str]) -> str | None:
+    """The highlighting language: core.syntax's one detection (the file name through pygments,
+    else the content), when the editor has that grammar; None (plain text) otherwise."""
+    language = detect_language(str(path) if path is not None else None, text)
     return language if language in available else None
 
 

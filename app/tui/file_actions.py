@@ -66,7 +66,7 @@ def write(pane: EditorPane, path: Path | None = None, check_disk: bool = True) -
         pane.notify(f"{exc}. The buffer keeps your changes.", title="Not saved", severity="error", timeout=8)
         return False
     editor.mark_saved()
-    language = language_for(editor.buffer.path, editor.available_languages)
+    language = language_for(editor.buffer.path, editor.buffer_text, editor.available_languages)
     if language != editor.language:  # a new language reloads the document: keep the cursor
         selection, editor.language = editor.selection, language
         editor.selection = selection
