@@ -18,7 +18,7 @@ from sharpen.core.files import (
     read_text_file,
     save_text_file,
 )
-from sharpen.core.recovery import RecoveryEntry, RecoveryStore, changed_since_recorded, decode_entry, encode_entry, worth_offering
+from sharpen.app.recovery import RecoveryEntry, RecoveryStore, changed_since_recorded, decode_entry, encode_entry, worth_offering
 
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 

@@ -1,7 +1,7 @@
 """Pilot tests of the editor's use of the engine's safety and syntax pieces.
 
 Saves check the file's content on disk (core.files), unsaved buffers go to the recovery
-store (core.recovery) and come back on open, selections grow and shrink by syntax node and
+store (app.recovery) and come back on open, selections grow and shrink by syntax node and
 Fill body masks a function body (core.syntax), and infills rank candidates by parse
 (core.candidates). The model is the tiny random checkpoint: tests check where text changes,
 never what the model wrote.
@@ -22,7 +22,7 @@ from sharpen.app.tui.editor_pane import IDLE, PREVIEW
 from sharpen.app.tui.messages import ModelLoaded
 from sharpen.app.tui.themes import load_themes
 from sharpen.core.files import read_text_file
-from sharpen.core.recovery import RecoveryStore
+from sharpen.app.recovery import RecoveryStore
 from sharpen.core.syntax import body_range, parse_document
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "fizzbuzz.py"

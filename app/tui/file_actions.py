@@ -7,18 +7,14 @@ label, status bar).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 from ...core.errors import SharpenError
 from .buffer_file import language_for
 from .confirm_screen import ConfirmScreen
 from .prompt_screen import PromptScreen
-
-if TYPE_CHECKING:  # annotations only: the pane imports this module
-    from .editor_pane import EditorPane
+from .session import Pane
 
 
-def save(pane: EditorPane) -> None:
+def save(pane: Pane) -> None:
     buffer = pane.editor.buffer
     if buffer.path is None:
         save_as(pane)
@@ -39,7 +35,7 @@ def save(pane: EditorPane) -> None:
     pane.app.push_screen(ConfirmScreen(question, choices), answered)
 
 
-def save_as(pane: EditorPane) -> None:
+def save_as(pane: Pane) -> None:
     current = str(pane.editor.buffer.path or "")
 
     def chosen(answer: str | None) -> None:
@@ -56,7 +52,7 @@ def save_as(pane: EditorPane) -> None:
     pane.app.push_screen(PromptScreen("Save as:", current, placeholder="path/to/file"), chosen)
 
 
-def write(pane: EditorPane, path: Path | None = None, check_disk: bool = True) -> bool:
+def write(pane: Pane, path: Path | None = None, check_disk: bool = True) -> bool:
     """Save the pane's buffer; on any failure say why and keep the buffer (still unsaved)."""
     editor = pane.editor
     old_path = editor.buffer.path
@@ -75,7 +71,7 @@ def write(pane: EditorPane, path: Path | None = None, check_disk: bool = True) -
     return True
 
 
-def find(pane: EditorPane) -> None:
+def find(pane: Pane) -> None:
     session = pane.session
 
     def chosen(answer: str | None) -> None:
@@ -87,7 +83,7 @@ def find(pane: EditorPane) -> None:
     pane.app.push_screen(PromptScreen("Find:", session.last_search, hint=hint), chosen)
 
 
-def find_next(pane: EditorPane) -> None:
+def find_next(pane: Pane) -> None:
     query = pane.session.last_search
     if not query:
         find(pane)
@@ -109,7 +105,7 @@ def find_next(pane: EditorPane) -> None:
     editor.scroll_cursor_visible(center=True)
 
 
-def goto_line(pane: EditorPane) -> None:
+def goto_line(pane: Pane) -> None:
     def chosen(answer: str | None) -> None:
         if not answer:
             return

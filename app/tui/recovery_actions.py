@@ -1,4 +1,4 @@
-"""Recovery in the editor: unsaved buffers go to core.recovery's store, and come back on open.
+"""Recovery in the editor: unsaved buffers go to app.recovery's store, and come back on open.
 
 The app's RecoveryKeeper (see docs/safety.md, "Recovery"):
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ...core.errors import SharpenError
 from ...core.newlines import newline_style
-from ...core.recovery import RecoveryStore, changed_since_recorded, worth_offering
+from ..recovery import RecoveryStore, changed_since_recorded, worth_offering
 from .buffer_file import split_endings
 from .confirm_screen import ConfirmScreen
 

@@ -6,8 +6,10 @@ and the settings from a value they were given rather than from the app's attribu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ..config import Config
+from .editor_area import EditorArea
 
 
 @dataclass
@@ -23,3 +25,19 @@ class Session:
         if self.denoiser is not None:
             return None
         return f"the model is unavailable: {self.model_error}" if self.model_error else "the model is still loading…"
+
+
+class Pane(Protocol):
+    """What a buffer command (file_actions, syntax_actions) reads of the EditorPane that runs it."""
+
+    editor: EditorArea
+    session: Session
+    selection_stack: list[tuple[tuple[int, int], tuple[int, int]]]  # Expand selection's history
+    Saved: Any  # the message class a save posts
+
+    @property
+    def app(self) -> Any: ...  # the running App (dialogs)
+
+    def notify(self, message: str, **kwargs) -> None: ...
+
+    def post_message(self, message: Any) -> bool: ...

@@ -13,20 +13,16 @@ cursor -> line -> paragraph -> whole text. Parsing runs on demand: a few millise
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...core import syntax
-
-if TYPE_CHECKING:  # annotations only: the pane imports this module
-    from .editor_pane import EditorPane
+from .session import Pane
 
 
-def syntax_document(pane: EditorPane) -> syntax.SyntaxDoc:
+def syntax_document(pane: Pane) -> syntax.SyntaxDoc:
     path = pane.editor.buffer.path
     return syntax.parse_document(pane.editor.buffer_text, path=str(path) if path is not None else None)
 
 
-def expand_selection(pane: EditorPane) -> None:
+def expand_selection(pane: Pane) -> None:
     editor = pane.editor
     start, end = editor.selected_offsets()
     stack = pane.selection_stack
@@ -41,7 +37,7 @@ def expand_selection(pane: EditorPane) -> None:
     editor.scroll_cursor_visible()
 
 
-def shrink_selection(pane: EditorPane) -> None:
+def shrink_selection(pane: Pane) -> None:
     editor = pane.editor
     start, end = editor.selected_offsets()
     stack = pane.selection_stack
@@ -58,7 +54,7 @@ def shrink_selection(pane: EditorPane) -> None:
     editor.scroll_cursor_visible()
 
 
-def body_at_cursor(pane: EditorPane) -> tuple[int, int] | None:
+def body_at_cursor(pane: Pane) -> tuple[int, int] | None:
     """The body of the function or block at the cursor (None, said to the user, when there is none)."""
     editor = pane.editor
     span = syntax.body_range(syntax_document(pane), editor.offset_of(editor.selection.end))

@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError
-from .files import TextFile, atomic_write
+from ..core.errors import InputError
+from ..core.files import TextFile, atomic_write
 
 log = logging.getLogger(__name__)
 
