@@ -138,14 +138,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    from .commands import COMMANDS
+    from .subcommands import SUBCOMMANDS
 
-    if argv and argv[0] in COMMANDS:
+    if argv and argv[0] in SUBCOMMANDS:
         from ..core.errors import SharpenError
-        from .commands import run_command
+        from .subcommands import run_subcommand
 
         try:
-            return run_command(argv[0], argv[1:])
+            return run_subcommand(argv[0], argv[1:])
         except SharpenError as exc:
             return _fail(str(exc), exc.exit_code)
     args = build_parser().parse_args(argv)

@@ -11,7 +11,7 @@ import pytest
 from textual.command import CommandList
 
 from sharpen.app.config import Config, parse_config
-from sharpen.app.tui.commands import COMMANDS
+from sharpen.app.tui.palette import PALETTE
 from sharpen.app.tui.confirm_screen import ConfirmScreen
 from sharpen.app.tui.editor_app import SharpenApp
 from sharpen.app.tui.editor_pane import IDLE, PREVIEW, RUNNING
@@ -233,7 +233,7 @@ async def test_quit_with_unsaved_changes_asks_first(example):
 
 
 async def test_palette_has_every_command_and_runs_infill(example, tiny_denoiser):
-    titles = {c.title for c in COMMANDS}
+    titles = {c.title for c in PALETTE}
     assert {"Infill", "Rewrite", "Mark region", "Fill marked", "Accept", "Reject", "Cancel", "Save"} <= titles
     app = make_app([example])
     async with app.run_test(size=SIZE) as pilot:

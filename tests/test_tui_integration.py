@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sharpen.app.config import Config
-from sharpen.app.tui.commands import COMMANDS
+from sharpen.app.tui.palette import PALETTE
 from sharpen.app.tui.confirm_screen import ConfirmScreen
 from sharpen.app.tui.editor_app import ALL_BINDINGS, BINDINGS, SharpenApp
 from sharpen.app.tui.editor_pane import EditorPane
@@ -199,7 +199,7 @@ async def test_opening_a_file_with_recovery_offers_restore_with_one_undo_step(ex
 def test_syntax_keys_are_bound_once_and_listed():
     keys = [key.strip() for binding in ALL_BINDINGS for key in binding.key.split(",")]
     assert len(keys) == len(set(keys)), "two bindings share a key"
-    ids = {c.binding_id for c in COMMANDS}
+    ids = {c.binding_id for c in PALETTE}
     assert {"expand-selection", "shrink-selection", "fill-body"} <= ids
     # No key that terminals or tmux mangle (Alt+F/Alt+B are word motion, Alt+punctuation is ESC+char).
     for binding in ALL_BINDINGS:

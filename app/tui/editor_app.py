@@ -23,7 +23,7 @@ from ...core.errors import SharpenError, UsageError
 from ..config import Config
 from . import file_actions
 from .buffer_file import BufferFile, language_for
-from .commands import COMMANDS, SharpenCommands
+from .palette import PALETTE, PaletteProvider
 from .confirm_screen import ConfirmScreen
 from .editor_pane import IDLE, PREVIEW, RUNNING, EditorPane
 from .help_screen import HelpScreen
@@ -67,7 +67,7 @@ class SharpenApp(App):
     TITLE = "sharpen"
     recovery_interval: float = 10.0  # seconds between recovery writes of unsaved buffers
     handle_signals: bool = False  # SIGTERM / SIGHUP write recovery first (run_editor turns it on)
-    COMMANDS = App.COMMANDS | {SharpenCommands}
+    COMMANDS = App.COMMANDS | {PaletteProvider}  # Textual's name for palette providers
     BINDINGS = BINDINGS
     CSS = """
     Screen { layout: vertical; }
@@ -201,7 +201,7 @@ class SharpenApp(App):
         self.notify(message.error, title="Model unavailable; editing still works", severity="error", timeout=10)
 
     def action_help(self) -> None:
-        rows = [(self.keys_for(c.binding_id) if c.binding_id else c.fixed_keys, c.title, c.binding_id or "") for c in COMMANDS]
+        rows = [(self.keys_for(c.binding_id) if c.binding_id else c.fixed_keys, c.title, c.binding_id or "") for c in PALETTE]
         rows += [("ctrl+p", "Command palette", ""), ("shift+arrows, mouse drag", "Select", ""), ("ctrl+x / ctrl+c / ctrl+v", "Cut / copy / paste", "")]
         from ..config import default_config_path
 
@@ -268,7 +268,7 @@ class SharpenApp(App):
         # Messages carry paths and model errors: brackets in them are text, not Textual markup.
         super().notify(message, markup=markup, **kwargs)
 
-    async def run_command(self, action: str) -> None:
+    async def run_palette_action(self, action: str) -> None:
         """Run an action from the palette on whoever owns it (the active buffer's pane, or the
         app), without the key-only check_action gate."""
         _, name, params = actions.parse(action)

@@ -23,11 +23,11 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def run_command(name: str, argv: list[str]) -> int:
+def run_subcommand(name: str, argv: list[str]) -> int:
     return {"models": models, "doctor": doctor, "download": download}[name](argv)
 
 
-COMMANDS = ("models", "doctor", "download")  # `sharpen NAME ...`; a file with one of these names: open it as ./NAME
+SUBCOMMANDS = ("models", "doctor", "download")  # `sharpen NAME ...`; a file with one of these names: open it as ./NAME
 
 
 # -- models -------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""SharpenCommands: every editor action in the command palette (Ctrl+P), with its current keys.
+"""The command palette (Ctrl+P): every editor action, with its current keys.
 
-The table below is the one list of commands; the app's BINDINGS give some of them keys (by
-binding id), and the help screen is built from both.
+PALETTE is the one list of the editor's commands; the bindings (EditorPane's and the app's)
+give some of them keys by binding id, and the help screen is built from both.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class Command:
     fixed_keys: str = ""  # keys that belong to the TextArea itself (not rebindable here)
 
 
-COMMANDS = (
+PALETTE = (
     Command("Infill", "infill", "Mask the selection and let the model refill it; no selection: fill a gap at the cursor", "infill"),
     Command("Rewrite", "rewrite", "Re-noise part of the selection and let the model redraft it", "rewrite"),
     Command("Mark region", "mark_region", "Add the selection to the marked regions for a parallel edit", "mark-region"),
@@ -51,11 +51,11 @@ COMMANDS = (
 )
 
 
-class SharpenCommands(Provider):
-    """Palette entries for COMMANDS; the help line shows the keys as currently bound."""
+class PaletteProvider(Provider):
+    """Palette entries for PALETTE; the help line shows the keys as currently bound."""
 
     def _entries(self):
-        for command in COMMANDS:
+        for command in PALETTE:
             keys = self.app.keys_for(command.binding_id) if command.binding_id else command.fixed_keys
             help_text = f"{command.help}  [{keys}]" if keys else command.help
             yield command, help_text
@@ -73,6 +73,6 @@ class SharpenCommands(Provider):
 
     def _runner(self, command: Command):
         async def run() -> None:
-            await self.app.run_command(command.action)
+            await self.app.run_palette_action(command.action)
 
         return run
