@@ -128,3 +128,12 @@ def test_every_denoiser_provides_the_declared_interface(tiny_denoiser, tmp_path)
         assert not hasattr(kind, "__getattr__"), kind
         assert all(hasattr(kind, m) or m in ("spec", "tokenizer", "max_len") for m in members), kind  # those three: set in __init__
     assert rows.max_len == tiny_denoiser.max_len and rows.source_positions([3]) == tiny_denoiser.source_positions([3])
+
+
+def test_the_editor_module_does_not_import_torch():
+    """The first screen paints before torch loads (the model loads in a worker)."""
+    import subprocess
+    import sys
+
+    code = "import sys, sharpen.app.tui.editor_app; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

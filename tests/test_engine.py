@@ -1,0 +1,62 @@
+"""core/engine.py: text and spans in, frames out, the edit (a ChangeSet) at the end."""
+from __future__ import annotations
+
+import pytest
+
+from sharpen.core.engine import apply_edit, edit_options, run_edit
+from sharpen.core.errors import Cancelled, UsageError
+from sharpen.core.settings import Editing, Sampling
+from sharpen.core.spans import Span
+
+TEXT = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    x = 1\r\n    y = 2\n"
+SPANS = [Span(4, 7), Span(23, 31, mode="rewrite", strength=0.6), Span(48, 48, max_tokens=6)]
+
+
+def test_the_result_is_a_change_set_every_front_end_applies(tiny_denoiser):
+    """EditResult.changes(choice) is the edit itself: applied to the original it gives each
+    alternative's whole text, and it touches nothing outside the spans."""
+    result = apply_edit(tiny_denoiser, TEXT, SPANS, Sampling(temperature=1.0, samples=3, seed=5))
+    for choice, whole in enumerate(result.samples):
+        changes = result.changes(choice)
+        assert changes.apply(TEXT) == whole
+        assert [(c.start, c.end) for c in changes.changes] == [(s.start, s.end) for s in SPANS]
+    assert result.changes().apply(TEXT) == result.text
+
+
+def test_edit_options_map_the_editing_request(tiny_denoiser):
+    assert edit_options(Editing()) == {"context_tokens": 1024, "length": "fixed"}
+    options = edit_options(Editing(candidates=3, length="adaptive", context_tokens=64), path="x.py")
+    assert (options["length"], options["context_tokens"]) == ("adaptive", 64) and options["candidates"] is not None
+    with pytest.raises(UsageError, match="unknown length policy"):
+        list(run_edit(tiny_denoiser, TEXT, SPANS, length="sideways"))
+
+
+def test_same_seed_same_result_other_seed_differs(tiny_denoiser):
+    settings = Sampling(temperature=1.5, seed=7, samples=2)
+    a = apply_edit(tiny_denoiser, TEXT, SPANS, settings)
+    b = apply_edit(tiny_denoiser, TEXT, SPANS, settings)
+    assert a.samples == b.samples
+    others = {apply_edit(tiny_denoiser, TEXT, SPANS, Sampling(temperature=1.5, seed=s)).text for s in range(1, 5)}
+    assert len(others | {a.text}) > 1
+
+
+def test_cancelled_before_the_first_step_raises_in_apply_edit(tiny_denoiser):
+    with pytest.raises(Cancelled):
+        apply_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=16)], should_stop=lambda: True)
+
+
+def test_cancel_flag_stops_a_running_iterator(tiny_denoiser):
+    stop = []
+    frames = []
+    for f in run_edit(tiny_denoiser, TEXT, [Span(4, 7, max_tokens=16)], Sampling(schedule="fixed"), should_stop=lambda: bool(stop)):
+        frames.append(f)
+        if len(frames) == 2:
+            stop.append(True)
+    assert len(frames) == 2 and not frames[-1].done
+
+
+def test_crlf_documents_get_crlf_infills(tiny_denoiser):
+    text = "a = 1\r\nb = 2\r\nc = 3\r\n"
+    result = apply_edit(tiny_denoiser, text, [Span(7, 12, max_tokens=12)], Sampling(temperature=2.0, seed=3))
+    body = result.spans[0].text
+    assert "\n" not in body.replace("\r\n", "")

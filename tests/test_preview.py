@@ -1,0 +1,42 @@
+"""app/tui/preview.py: what the live preview shows, as pure data."""
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sharpen.app.tui.preview import DOUBTFUL, MARKED, MASK_GLYPH, MASKED, SURE, UNSURE, Piece, compose, span_pieces
+
+_chunks = st.text(alphabet="ab\n", max_size=6)
+
+def test_span_pieces_show_masks_hide_pad_and_grade_confidence():
+    decode = lambda ids: [chr(ord("a") + i) for i in ids]  # noqa: E731
+    pieces = span_pieces((0, None, 9, 1, 2), (0.95, 0.1, 0.99, 0.6, 0.2), decode, end_ids={9})
+    assert pieces == [Piece("a", SURE), Piece(MASK_GLYPH, MASKED), Piece("b", UNSURE), Piece("c", DOUBTFUL)]
+
+
+def test_compose_splices_pieces_and_styles_each_line():
+    text = "one\ntwo three\nfour\n"
+    layout = compose(text, [(4, 7), (14, 18)], [[Piece("2\n2", SURE)], [Piece(MASK_GLYPH * 2, MASKED)]])
+    assert layout.text == "one\n2\n2 three\n░░\n"
+    assert layout.styles_for(1) == [(0, 1, SURE)]
+    assert layout.styles_for(2) == [(0, 1, SURE)]
+    assert layout.styles_for(3) == [(0, 2, MASKED)]
+    assert layout.span_rows == (1, 3)
+    marked = compose(text, [(4, 7)], [[Piece("2\n2", SURE)]], marks=[(0, 3), (8, 13), (5, 9)])
+    assert marked.styles_for(0) == [(0, 3, MARKED)]  # before the span: where it was
+    assert marked.styles_for(2) == [(0, 1, SURE), (2, 7, MARKED)]  # after it: moved with its text
+
+
+@given(_chunks, st.lists(st.tuples(_chunks, st.lists(st.tuples(_chunks, st.sampled_from([SURE, MASKED])), max_size=3)), max_size=3))
+def test_compose_styles_cover_exactly_the_span_characters(head, spans):
+    text, offsets, pieces, position = head, [], [], len(head)
+    for gap, span in spans:  # a replaced region "XY" after each gap
+        text += gap + "XY"
+        offsets.append((position + len(gap), position + len(gap) + 2))
+        pieces.append([Piece(t, kind) for t, kind in span])
+        position = len(text)
+    layout = compose(text, offsets, pieces)
+    lines = layout.text.split("\n")
+    styled = "".join(lines[row][a:b] for row in sorted(layout.line_styles) for a, b, _ in layout.line_styles[row])
+    assert styled == "".join(p.text for span in pieces for p in span).replace("\n", "")
+    assert [layout.text[a:b] for a, b in layout.span_ranges] == ["".join(p.text for p in span) for span in pieces]
