@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from . import reference as R
+from . import reference
 
 IMPLEMENTATIONS = ("reference", "triton")
 
@@ -52,7 +52,7 @@ def propose_and_score(
     if implementation == "triton" and not filtered:
         from . import triton_step
 
-        noise = R.gumbel_noise(logits.shape, generator, logits.device) if temperature > 0 else None
+        noise = reference.gumbel_noise(logits.shape, generator, logits.device) if temperature > 0 else None
         tokens, p_token, margin, neg_entropy = triton_step.fused_confidence(logits, noise, temperature, active)
         if policy == "confidence":
             ranking = p_token
@@ -61,10 +61,10 @@ def propose_and_score(
         elif policy == "entropy":
             ranking = neg_entropy
         else:
-            ranking = R.score(logits, tokens, policy, generator)[0]
+            ranking = reference.score(logits, tokens, policy, generator)[0]
         return tokens, p_token, ranking.float()
-    tokens = R.propose(logits, temperature, top_k, top_p, generator)
-    ranking, p_token = R.score(logits, tokens, policy, generator)
+    tokens = reference.propose(logits, temperature, top_k, top_p, generator)
+    ranking, p_token = reference.score(logits, tokens, policy, generator)
     return tokens, p_token, ranking.float()
 
 
@@ -74,4 +74,4 @@ def select_commits(ranking: torch.Tensor, active: torch.Tensor, quota: torch.Ten
         from . import triton_step
 
         return triton_step.select_commits(ranking, active, quota)
-    return R.select_commits(ranking, active, quota)
+    return reference.select_commits(ranking, active, quota)
