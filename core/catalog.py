@@ -100,7 +100,7 @@ def inspect_checkpoint(path: Path, name: str | None = None, source: str = "dir")
     try:
         from .tokenizer import Tokenizer
 
-        tokenizer = Tokenizer.from_file(path / "tokenizer.json")
+        tokenizer = Tokenizer.from_directory(path)
         ids = family.special_ids({**config, TOKENIZER_CONFIG_KEY: tok_cfg}, tokenizer)
     except ModelError as exc:
         return CheckpointInfo(**info, family=family.name, problem=str(exc))

@@ -26,6 +26,16 @@ class ModelSpec:
     shift_logits: bool = False  # Dream family: logits at i predict token i+1, so shift right by one
     chat_template: str | None = None  # instruct checkpoints only
     name: str = ""  # where it came from, for status bars and --json
+    # Every other id the checkpoint's files declare as an end or pad (config.json, generation_config.json,
+    # the tokenizer): they end a span too, and none of them may be banned. DiffuCoder pads with
+    # <|dlm_pad|> while its config.json names <|endoftext|>.
+    other_end_ids: tuple[int, ...] = ()
+    # How the family's reference ranks commits at temperature > 0: by the probability the token was
+    # drawn from (after temperature and top-p/top-k: Dream, Open-dLLM) or the model's plain one (LLaDA).
+    tempered_scores: bool = False
+    # The cache refresh a run uses unless the user sets one (Sampling.refresh): Fast-dLLM's published
+    # whole-canvas refresh for released checkpoints; block refresh was measured only on the embedded model.
+    default_refresh: str = "canvas"
 
     def check(self, vocab_size: int) -> None:
         """Refuse specs that would silently corrupt a run (collisions, ids out of range)."""
@@ -37,8 +47,9 @@ class ModelSpec:
 
     @property
     def end_ids(self) -> tuple[int, ...]:
-        """Ids deleted from a finished infill span (variable length)."""
-        return tuple(i for i in (self.pad_id, self.eos_id) if i is not None)
+        """Ids deleted from a finished infill span (variable length); the pad filler first."""
+        ids = [i for i in (self.pad_id, self.eos_id, *self.other_end_ids) if i is not None and i != self.mask_id]
+        return tuple(dict.fromkeys(ids))
 
 
 @runtime_checkable

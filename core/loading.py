@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from . import families
 from .denoiser import Denoiser, ModelSpec
 from .errors import ModelError
-from .families.hf import TOKENIZER_CONFIG_KEY, read_tokenizer_config
+from .families.hf import GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY, read_generation_config, read_tokenizer_config
 from .model import ModelConfig, Transformer, on_meta_device
 from .tokenizer import Tokenizer
 
@@ -146,9 +146,10 @@ def load_denoiser(
     path = Path(path) if path is not None else embedded_model_path()
     config = read_config(path)
     family, cfg = model_config(path, config)
-    tokenizer = Tokenizer.from_file(path / "tokenizer.json")
+    tokenizer = Tokenizer.from_directory(path)
     # special_ids also sees tokenizer_config.json: special-token names and the chat template live there.
-    ids = family.special_ids({**config, TOKENIZER_CONFIG_KEY: read_tokenizer_config(path)}, tokenizer)
+    seen = {**config, TOKENIZER_CONFIG_KEY: read_tokenizer_config(path), GENERATION_CONFIG_KEY: read_generation_config(path)}
+    ids = family.special_ids(seen, tokenizer)
     if ids.get("mask_id") is None:
         raise ModelError(f"the tokenizer of {path} has no mask token and config.json names none")
     spec = ModelSpec(
@@ -159,6 +160,9 @@ def load_denoiser(
         shift_logits=family.shift_logits,
         chat_template=ids.get("chat_template"),
         name=config.get("name", path.name),
+        other_end_ids=tuple(ids.get("end_ids", ())),
+        tempered_scores=family.tempered_scores,
+        default_refresh=family.default_refresh,
     )
 
     torch_device = torch.device(device)

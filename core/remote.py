@@ -81,8 +81,8 @@ class RemoteDenoiser:
 
 
 def _tokenizer(path: Path) -> Tokenizer:
-    if (path / "tokenizer.json").exists():
-        return Tokenizer.from_file(path / "tokenizer.json")
+    if (path / "tokenizer.json").exists() or (path / "vocab.json").exists():
+        return Tokenizer.from_directory(path)
     from transformers import AutoTokenizer
 
     try:
@@ -144,7 +144,7 @@ def load_remote(
 
 def remote_spec(path: Path, config: dict, tokenizer: Tokenizer, mask_id: int | None, shift_logits: bool | None) -> ModelSpec:
     """Special ids from the files, overridden by what the user said."""
-    seen = {**config, hf.TOKENIZER_CONFIG_KEY: hf.read_tokenizer_config(path)}
+    seen = {**config, hf.TOKENIZER_CONFIG_KEY: hf.read_tokenizer_config(path), hf.GENERATION_CONFIG_KEY: hf.read_generation_config(path)}
     ids = hf.special_ids(seen, tokenizer, mask_names=MASK_NAMES, turn_end_names=("<|im_end|>", "<|eot_id|>"))
     if mask_id is not None:
         ids["mask_id"] = mask_id
@@ -163,4 +163,5 @@ def remote_spec(path: Path, config: dict, tokenizer: Tokenizer, mask_id: int | N
         shift_logits=bool(shift_logits),
         chat_template=ids["chat_template"],
         name=config.get("name", path.name),
+        other_end_ids=tuple(ids["end_ids"]),
     )

@@ -10,9 +10,9 @@ between steps.
 Speed (Fast-dLLM's two ideas): with `cache="prefix"` or `"dual"`, the first step runs the
 whole canvas and keeps every layer's keys and values; later steps of a block recompute only
 the block (dual) or the block and what follows it (prefix) against that cache. At a new
-block, `refresh="canvas"` runs the whole canvas again (Fast-dLLM); `refresh="block"` (the
-default) recomputes only the finished block, whose keys and values went stale when its masks
-became tokens, together with the new one. Only the block's rows are projected to the vocabulary. Frames keep device
+block, `refresh="canvas"` runs the whole canvas again (Fast-dLLM; released checkpoints'
+default); `refresh="block"` (the embedded model's) recomputes only the finished block, whose
+keys and values went stale when its masks became tokens, together with the new one. Only the block's rows are projected to the vocabulary. Frames keep device
 tensors and turn into Python lists only when read, so a consumer that only wants the
 result costs one host sync per step (the "block finished?" check).
 """
@@ -214,7 +214,7 @@ def denoise(
                     logits[:, opening_rows, end_ids] = float("-inf")
                 proposal, p_token, ranking = kernels.propose_and_score(
                     logits.reshape(-1, V), settings.temperature, settings.top_k, settings.top_p, settings.policy, generator, impl,
-                    active.reshape(-1),
+                    active.reshape(-1), denoiser.spec.tempered_scores,
                 )
                 proposal, p_token, ranking = (t.view(B, -1) for t in (proposal, p_token, ranking))  # [B, P]
                 steps_left = 1 if last else max(1, block_steps - block_step)
@@ -278,7 +278,7 @@ def _runs(denoiser, settings: Sampling, block: list[int], previous: list[int] | 
     else:  # prefix: the block and everything after it
         step = list(range(rows[0], T))
         refresh = list(range(min(previous[0], rows[0]), T)) if previous else None
-    if settings.refresh != "block":
+    if (settings.refresh or denoiser.spec.default_refresh) != "block":
         refresh = None  # the whole canvas is recomputed at each new block instead
     as_tensor = lambda positions: torch.tensor(positions, dtype=torch.long, device=device)  # noqa: E731
     return as_tensor(step), (as_tensor(refresh) if refresh is not None else None)

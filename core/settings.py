@@ -147,7 +147,9 @@ class Sampling(Request):
     # 8 measured fastest at equal accuracy on the embedded model (bench/speed.py).
     block_size: int = setting(8, "semi-autoregressive blocks of N slots, left to right (0: one block)", low=0, metavar="N")
     cache: str = setting("dual", "KV cache per block: none is exact; dual is fastest", choices=CACHES)
-    refresh: str = setting("block", "cache refresh at each new block: only the finished block, or the whole canvas (Fast-dLLM)", choices=REFRESHES)
+    # Unset: the model's own (ModelSpec.default_refresh): Fast-dLLM's whole-canvas refresh for
+    # released checkpoints, whose accuracy is published; block refresh for the embedded model.
+    refresh: str | None = setting(None, "cache refresh at each new block: only the finished block, or the whole canvas (Fast-dLLM; the default for released checkpoints)", choices=REFRESHES)
     kernels: str = setting("auto", "per-step kernels: auto is triton on CUDA, the torch reference elsewhere", choices=KERNELS)
     temperature: float = setting(0.0, "0 is greedy", low=0.0, high=math.inf, high_open=True, metavar="T")
     top_k: int | None = setting(None, "sample among the K likeliest tokens", low=1, metavar="K")

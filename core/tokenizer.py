@@ -1,10 +1,16 @@
-"""Text <-> token ids, over a `tokenizers` tokenizer.json, with the special ids a denoiser needs.
+"""Text <-> token ids, over a `tokenizers` tokenizer, with the special ids a denoiser needs.
+
+A checkpoint's tokenizer comes from its tokenizer.json, or, for releases that ship only the
+slow tokenizer's files (Dream-v0, Dream-Coder-v0, DiffuCoder: vocab.json + merges.txt + added
+tokens, with a tokenizer class in remote code), is built from those files as the fast
+byte-level BPE that transformers' Qwen2 tokenizer is (`Tokenizer.from_directory`).
 
 Byte-level BPE round-trips any text exactly; decoding a single token may yield a partial
 UTF-8 sequence, which is why pieces for display go through `pieces()`.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
@@ -30,6 +36,16 @@ class Tokenizer:
             raise ModelError(f"tokenizer file not found: {path}") from None
         except Exception as exc:  # tokenizers raises bare Exceptions for malformed JSON
             raise ModelError(f"cannot read tokenizer {path}: {exc}") from None
+
+    @classmethod
+    def from_directory(cls, path: str | Path) -> "Tokenizer":
+        """The tokenizer of checkpoint directory `path`: tokenizer.json, else vocab.json + merges.txt."""
+        path = Path(path)
+        if (path / "tokenizer.json").exists():
+            return cls.from_file(path / "tokenizer.json")
+        if (path / "vocab.json").exists() and (path / "merges.txt").exists():
+            return cls(byte_level_bpe_from_files(path))
+        raise ModelError(f"no tokenizer in {path}: it has neither tokenizer.json nor vocab.json + merges.txt")
 
     def token_id(self, token: str) -> int | None:
         return self.hf.token_to_id(token)
@@ -80,3 +96,72 @@ def train_byte_bpe(texts, vocab_size: int, extra_special: tuple[str, ...] = ()) 
     )
     hf.train_from_iterator(texts, trainer=trainer)
     return Tokenizer(hf)
+
+
+# Qwen2's pre-tokenizer split (transformers' tokenization_qwen2.PRETOKENIZE_REGEX): Qwen2.5 and the
+# Dream / Dream-Coder / DiffuCoder releases built on it.
+QWEN2_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+# Tokenizer classes (tokenizer_config.json) whose vocab.json + merges.txt are Qwen2's byte-level BPE.
+QWEN2_CLASSES = ("Qwen2Tokenizer", "Qwen2TokenizerFast", "DreamTokenizer")
+
+
+def byte_level_bpe_from_files(path: Path) -> _HFTokenizer:
+    """The fast tokenizer of a checkpoint that ships vocab.json + merges.txt + added tokens.
+
+    The same pipeline transformers builds for Qwen2: NFC, Qwen2's regex split, byte-level BPE;
+    then every added token (tokenizer_config.json's added_tokens_decoder, added_tokens.json)
+    at exactly its declared id, special or not as declared.
+    """
+    from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
+
+    tok_cfg = _json(path / "tokenizer_config.json")
+    cls_name = tok_cfg.get("tokenizer_class") or "Qwen2Tokenizer"
+    if cls_name not in QWEN2_CLASSES:
+        raise ModelError(f"{path}: tokenizer class {cls_name} ships no tokenizer.json, and sharpen builds only "
+                         f"Qwen2-style tokenizers ({', '.join(QWEN2_CLASSES)}) from vocab.json + merges.txt")
+    try:
+        hf = _HFTokenizer(models.BPE.from_file(str(path / "vocab.json"), str(path / "merges.txt")))
+    except Exception as exc:  # tokenizers raises bare Exceptions for malformed files
+        raise ModelError(f"cannot read the tokenizer of {path} (vocab.json, merges.txt): {exc}") from None
+    hf.normalizer = normalizers.NFC()
+    hf.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    hf.decoder = decoders.ByteLevel()
+    for token_id, token, special in _added_tokens(path, tok_cfg):
+        existing = hf.token_to_id(token.content)
+        if existing == token_id:
+            continue
+        if existing is not None or hf.get_vocab_size(with_added_tokens=True) != token_id:
+            raise ModelError(f"{path}: added token {token.content!r} is declared with id {token_id}, which the "
+                             f"vocabulary cannot give it (next free id {hf.get_vocab_size(with_added_tokens=True)})")
+        (hf.add_special_tokens if special else hf.add_tokens)([token])
+    return hf
+
+
+def _added_tokens(path: Path, tok_cfg: dict) -> list:
+    """(id, AddedToken, special) for every declared added token, in id order."""
+    from tokenizers import AddedToken
+
+    found: dict[int, tuple] = {}
+    for key, entry in (tok_cfg.get("added_tokens_decoder") or {}).items():
+        if isinstance(entry, dict) and isinstance(entry.get("content"), str):
+            token = AddedToken(entry["content"], single_word=bool(entry.get("single_word")), lstrip=bool(entry.get("lstrip")),
+                               rstrip=bool(entry.get("rstrip")), normalized=bool(entry.get("normalized", False)),
+                               special=bool(entry.get("special", True)))
+            found[int(key)] = (token, bool(entry.get("special", True)))
+    for content, token_id in _json(path / "added_tokens.json").items():
+        if isinstance(token_id, int) and token_id not in found:
+            found[token_id] = (AddedToken(content, normalized=False, special=True), True)
+    return [(i, token, special) for i, (token, special) in sorted(found.items())]
+
+
+def _json(file: Path) -> dict:
+    if not file.exists():
+        return {}
+    try:
+        loaded = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read {file}: {exc}") from None
+    return loaded if isinstance(loaded, dict) else {}

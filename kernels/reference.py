@@ -11,13 +11,11 @@ POLICIES = ("confidence", "margin", "entropy", "random")
 
 
 def filter_logits(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
-    """Keep the top-k tokens and the smallest nucleus with mass >= top_p; the rest -> -inf.
+    """Keep the smallest nucleus with mass >= top_p, then the top-k of it; the rest -> -inf.
 
-    logits [N, V] float -> [N, V].
+    The order is Dream's and Open-dLLM's (nucleus, then top-k); both see the logits after
+    temperature (`sampling_logits`). logits [N, V] float -> [N, V].
     """
-    if top_k is not None and 0 < top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # [N, 1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None and 0.0 < top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # [N, V]
         cumulative = sorted_logits.softmax(-1).cumsum(-1)
@@ -25,7 +23,19 @@ def filter_logits(logits: torch.Tensor, top_k: int | None, top_p: float | None) 
         drop_sorted = (cumulative - sorted_logits.softmax(-1)) >= top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
+    if top_k is not None and 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # [N, 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
     return logits
+
+
+def sampling_logits(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """The logits sampling draws from: divided by the temperature first (in float64, so the
+    Gumbel-max draw keeps its precision), then the nucleus and top-k filters, as Dream's and
+    Open-dLLM's sample_tokens do. At temperature 0 the logits are only filtered (argmax)."""
+    if temperature > 0.0:
+        logits = logits.double() / temperature
+    return filter_logits(logits, top_k, top_p)
 
 
 def gumbel_noise(shape: torch.Size, generator: torch.Generator, device) -> torch.Tensor:
@@ -35,12 +45,12 @@ def gumbel_noise(shape: torch.Size, generator: torch.Generator, device) -> torch
 
 
 def propose(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator) -> torch.Tensor:
-    """Sample one token per row: argmax at temperature 0, else Gumbel-max. logits [N, V] -> ids [N]."""
-    logits = filter_logits(logits, top_k, top_p)
+    """Sample one token per row: argmax at temperature 0, else Gumbel-max over `sampling_logits`
+    (a draw from their softmax). logits [N, V] -> ids [N]."""
+    scaled = sampling_logits(logits, temperature, top_k, top_p)
     if temperature <= 0.0:
-        return logits.argmax(-1)
-    noisy = logits.double() / temperature + gumbel_noise(logits.shape, generator, logits.device)  # [N, V]
-    return noisy.argmax(-1)
+        return scaled.argmax(-1)
+    return (scaled + gumbel_noise(logits.shape, generator, logits.device)).argmax(-1)  # [N]
 
 
 def score(logits: torch.Tensor, tokens: torch.Tensor, policy: str, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -41,15 +41,23 @@ def propose_and_score(
     generator: torch.Generator,
     implementation: str = "reference",
     active: torch.Tensor | None = None,
+    tempered_scores: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """logits [M, V] -> (tokens [M] long, p_token [M] float32, ranking [M] float32).
+
+    `tempered_scores`: p_token and the ranking come from the distribution the token was drawn
+    from (after temperature, nucleus and top-k), as Dream and Open-dLLM rank commits; else from
+    the model's plain softmax, as LLaDA's generate.py does. Equal at temperature 0.
 
     `active` [M] bool marks the still-masked positions; the others' outputs are unspecified
     (the fused kernel skips their rows, the reference scores every row: on a CPU a dense
     pass costs less than finding the active rows).
     """
     filtered = top_k is not None or top_p is not None
-    if implementation == "triton" and not filtered:
+    # Tempered scores (Dream's convention) rank by the probability the draw came from: the
+    # fused kernel scores the untempered one, so it serves only when the two agree.
+    tempered = tempered_scores and temperature > 0.0
+    if implementation == "triton" and not filtered and not tempered:
         from . import triton_step
 
         noise = reference.gumbel_noise(logits.shape, generator, logits.device) if temperature > 0 else None
@@ -64,7 +72,8 @@ def propose_and_score(
             ranking = reference.score(logits, tokens, policy, generator)[0]
         return tokens, p_token, ranking.float()
     tokens = reference.propose(logits, temperature, top_k, top_p, generator)
-    ranking, p_token = reference.score(logits, tokens, policy, generator)
+    scored = reference.sampling_logits(logits, temperature, top_k, top_p).float() if tempered else logits
+    ranking, p_token = reference.score(scored, tokens, policy, generator)
     return tokens, p_token, ranking.float()
 
 

@@ -202,3 +202,77 @@ def write_open_dcoder(out: Path, *, seed: int = 2, with_mask: bool = True) -> Pa
     _write_json(out / "tokenizer_config.json", tok_cfg)
     write_sharded(out, random_state(_qwen2_shapes(vocab, 64, 2, 4, 2, 96, True), seed), 1, torch.bfloat16)
     return out
+
+
+# -- releases that ship the slow tokenizer's files only (no tokenizer.json) -----------------------
+# Dream-v0 / Dream-Coder-v0 / DiffuCoder: vocab.json + merges.txt + added_tokens.json +
+# special_tokens_map.json + tokenizer_config.json (added_tokens_decoder, tokenizer_class in remote
+# code) + the remote modeling/tokenizer/generation code + generation_config.json.
+REMOTE_CODE_FILES = ("configuration_dream.py", "modeling_dream.py", "generation_utils.py", "tokenization_dream.py")
+QWEN2_ADDED = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|beginoftext|>")
+
+
+def write_qwen2_slow_tokenizer(out: Path, added: tuple[str, ...], pad: str, tokenizer_class: str, bpe_size: int = 300) -> dict[str, int]:
+    """vocab.json + merges.txt of a byte-level BPE with Qwen2's split, the added tokens after it."""
+    from tokenizers import Regex
+
+    from sharpen.core.tokenizer import QWEN2_SPLIT
+
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+                                                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    trainer = trainers.BpeTrainer(vocab_size=bpe_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    hf.train_from_iterator(TRAINING_TEXT, trainer=trainer)
+    hf.model.save(str(out))  # vocab.json, merges.txt
+    base = hf.get_vocab_size()
+    ids = {token: base + i for i, token in enumerate(added)}
+    _write_json(out / "added_tokens.json", ids)
+    specials = [t for t in added if t.startswith("<|") and t not in ("<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>")]
+    _write_json(out / "special_tokens_map.json", {
+        "additional_special_tokens": [t for t in specials if t not in ("<|endoftext|>", pad, "<|mask|>")],
+        "eos_token": {"content": "<|endoftext|>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False},
+        "pad_token": {"content": pad, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False},
+    })
+    _write_json(out / "tokenizer_config.json", {
+        "add_prefix_space": False,
+        "added_tokens_decoder": {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                                          "single_word": False, "special": t in specials} for t, i in ids.items()},
+        "additional_special_tokens": [t for t in specials if t not in ("<|endoftext|>", pad, "<|mask|>")],
+        "auto_map": {"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]},
+        "bos_token": None, "clean_up_tokenization_spaces": False, "eos_token": "<|endoftext|>",
+        "errors": "replace", "mask_token": "<|mask|>", "model_max_length": 131072, "pad_token": pad,
+        "split_special_tokens": False, "tokenizer_class": tokenizer_class, "unk_token": None,
+        "chat_template": CHATML_TEMPLATE,
+    })
+    return ids
+
+
+def write_dream_release(out: Path, *, variant: str = "dream", seed: int = 5) -> Path:
+    """Dream-v0 / Dream-Coder-v0 / DiffuCoder as released: the file set above, at tiny sizes.
+
+    DiffuCoder pads with <|dlm_pad|> (its tokenizer) while config.json's pad_token_id is
+    <|endoftext|>; its generation_config.json lists its own end ids.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    pad = "<|dlm_pad|>" if variant == "diffucoder" else "<|endoftext|>"
+    added = (*QWEN2_ADDED, *(("<|dlm_pad|>",) if variant == "diffucoder" else ()), "<|mask|>")
+    ids = write_qwen2_slow_tokenizer(out, added, pad, "DreamTokenizer")
+    vocab = padded(max(ids.values()) + 1)
+    config = {
+        "architectures": ["DreamModel"],
+        "auto_map": {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"},
+        "model_type": "Dream", **_qwen2_config(vocab, False),
+        "mask_token_id": ids["<|mask|>"], "pad_token_id": ids["<|endoftext|>"],
+        "bos_token_id": ids["<|beginoftext|>"], "eos_token_id": ids["<|endoftext|>"],
+    }
+    _write_json(out / "config.json", config)
+    generation = {"bos_token_id": ids["<|beginoftext|>"], "eos_token_id": ids["<|endoftext|>"],
+                  "pad_token_id": ids["<|endoftext|>"], "mask_token_id": ids["<|mask|>"], "transformers_version": "4.46.2"}
+    if variant == "diffucoder":
+        generation["pad_token_id"] = ids["<|dlm_pad|>"]
+        generation["eos_token_id"] = [ids["<|endoftext|>"], ids["<|im_end|>"]]
+    _write_json(out / "generation_config.json", generation)
+    for name in REMOTE_CODE_FILES:  # the release's own Python: present, never run by sharpen
+        (out / name).write_text(f"# {name}: stands in for the release's remote code; sharpen loads this family natively\n")
+    write_sharded(out, random_state(_qwen2_shapes(vocab, 64, 2, 4, 2, 96, False), seed), 2, torch.bfloat16)
+    return out

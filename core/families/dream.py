@@ -40,7 +40,14 @@ QWEN2_SKIP = ("rotary_emb.inv_freq",)  # old exports saved the rotary buffer
 
 
 def qwen2_config(c: dict) -> ModelConfig:
-    """Qwen2-style config.json -> ModelConfig (Dream, DiffuCoder, Open-dCoder)."""
+    """Qwen2-style config.json -> ModelConfig (Dream, DiffuCoder, Open-dCoder).
+
+    An absent field is read with the default of transformers' Qwen2Config (which the releases'
+    own config classes keep), except num_key_value_heads: Qwen2Config's default (32) is not
+    the head count of a smaller model, so a config without it is refused rather than guessed.
+    """
+    if "num_key_value_heads" not in c:
+        raise ValueError("it lacks 'num_key_value_heads', which changes the computation; refusing to guess")
     if c.get("hidden_act", "silu") != "silu":
         raise ValueError(f"hidden_act={c['hidden_act']!r} is not supported (only 'silu')")
     if c.get("rope_scaling"):
@@ -55,7 +62,7 @@ def qwen2_config(c: dict) -> ModelConfig:
         dim=dim,
         n_layers=c["num_hidden_layers"],
         n_heads=n_heads,
-        n_kv_heads=c.get("num_key_value_heads") or n_heads,
+        n_kv_heads=c["num_key_value_heads"] or n_heads,
         ffn_hidden=c["intermediate_size"],
         rope_theta=float(c.get("rope_theta", 10000.0)),
         norm_eps=float(c.get("rms_norm_eps", 1e-6)),
@@ -77,4 +84,5 @@ DREAM = Family(
     shift_logits=True,
     special_ids=_special_ids,
     skip_keys=QWEN2_SKIP,
+    tempered_scores=True,  # Dream's sample_tokens: confidence from the tempered, filtered distribution
 )

@@ -20,6 +20,8 @@ class Family:
     shift_logits: bool = False  # Dream-style shifted logits
     special_ids: Callable[[dict, object], dict] = field(default=lambda cfg, tok: {})  # -> mask/pad/eos ids
     skip_keys: tuple[str, ...] = ()  # checkpoint keys with no counterpart (rotary caches, ...)
+    tempered_scores: bool = False  # the reference ranks commits by the tempered probability (see ModelSpec)
+    default_refresh: str = "canvas"  # Fast-dLLM's published refresh; the embedded model measured block as well
 
 
 def expand_weight_map(family: Family, n_layers: int) -> dict[str, str]:

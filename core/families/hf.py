@@ -12,9 +12,22 @@ from pathlib import Path
 
 from ..errors import ModelError
 
-# loading.py passes tokenizer_config.json to `special_ids` under this key of the config dict;
-# no real config.json uses it.
+# loading.py passes tokenizer_config.json and generation_config.json to `special_ids` under these
+# keys of the config dict; no real config.json uses them.
 TOKENIZER_CONFIG_KEY = "tokenizer_config"
+GENERATION_CONFIG_KEY = "generation_config"
+
+
+def read_generation_config(path: Path) -> dict:
+    """generation_config.json of a checkpoint ({} when absent)."""
+    file = path / "generation_config.json"
+    if not file.exists():
+        return {}
+    try:
+        loaded = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read {file}: {exc}") from None
+    return loaded if isinstance(loaded, dict) else {}
 
 
 def read_tokenizer_config(path: Path) -> dict:
@@ -80,12 +93,32 @@ def chat_template(config: dict) -> str | None:
     return "".join(bindings) + template
 
 
-def special_ids(config: dict, tokenizer, mask_names: tuple[str, ...], turn_end_names: tuple[str, ...] = ()) -> dict:
-    """mask/pad/eos ids and chat template for an HF-style checkpoint.
+def _ints(value) -> list[int]:
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
 
-    For instruct checkpoints (those with a chat template) the end-of-turn token is what
-    ends an answer, so it becomes the eos id that is deleted from finished spans; pad
-    (often the plain end-of-text token) fills the rest.
+
+def declared_end_ids(config: dict, tokenizer) -> list[int]:
+    """Every id the files declare as eos or pad: config.json, generation_config.json (ints or
+    lists) and the tokenizer's eos/pad tokens. The union: a span ends on any of them."""
+    generation = config.get(GENERATION_CONFIG_KEY) or {}
+    tok_cfg = config.get(TOKENIZER_CONFIG_KEY) or {}
+    ids = [i for source in (config, generation) for key in ("pad_token_id", "eos_token_id") for i in _ints(source.get(key))]
+    for key in ("pad_token", "eos_token"):
+        name = token_text(tok_cfg.get(key))
+        if name and tokenizer.token_id(name) is not None:
+            ids.append(tokenizer.token_id(name))
+    return list(dict.fromkeys(ids))
+
+
+def special_ids(config: dict, tokenizer, mask_names: tuple[str, ...], turn_end_names: tuple[str, ...] = ()) -> dict:
+    """mask/pad/eos ids, every other declared end id, and the chat template of an HF-style checkpoint.
+
+    The pad that fills a span's unused slots is the tokenizer's pad token when it names one
+    (what training padded with: DiffuCoder's <|dlm_pad|>, where its config.json says
+    <|endoftext|>), else config.json's. For instruct checkpoints (those with a chat template)
+    the end-of-turn token is what ends an answer, so it becomes the eos id. Every id any file
+    declares as eos or pad also ends a span (`end_ids`); none of them is banned.
     """
     template = chat_template(config)
     eos = find_id(config, tokenizer, "eos_token_id", "eos_token", ("<|endoftext|>",))
@@ -93,12 +126,17 @@ def special_ids(config: dict, tokenizer, mask_names: tuple[str, ...], turn_end_n
         turn_end = next((tokenizer.token_id(n) for n in turn_end_names if tokenizer.token_id(n) is not None), None)
         if turn_end is not None:
             eos = turn_end
-    pad = find_id(config, tokenizer, "pad_token_id", "pad_token")
+    tok_pad = token_text((config.get(TOKENIZER_CONFIG_KEY) or {}).get("pad_token"))
+    pad = tokenizer.token_id(tok_pad) if tok_pad and tokenizer.token_id(tok_pad) is not None else None
+    if pad is None:
+        pad = find_id(config, tokenizer, "pad_token_id", "pad_token")
     if pad is None:
         pad = _first_int(config.get("eos_token_id"))
+    mask = find_id(config, tokenizer, "mask_token_id", "mask_token", mask_names)
     return {
-        "mask_id": find_id(config, tokenizer, "mask_token_id", "mask_token", mask_names),
+        "mask_id": mask,
         "pad_id": pad,
         "eos_id": eos,
+        "end_ids": [i for i in declared_end_ids(config, tokenizer) if i not in (mask, pad, eos)],
         "chat_template": template,
     }

@@ -48,7 +48,17 @@ _REQUIRED = {
 }
 
 
+# Fields whose absence LLaDA's own configuration class fills with a default that computes something
+# else than the released models (and than this backbone): LayerNorm for layer_norm_type, a plain
+# sequential block, no RoPE, biases everywhere, tied weights. A config without one is refused, not guessed.
+_MUST_BE_STATED = ("block_type", "activation_type", "layer_norm_type", "rope", "include_bias", "weight_tying")
+
+
 def to_config(c: dict) -> ModelConfig:
+    missing = [key for key in _MUST_BE_STATED if key not in c]
+    if missing:
+        raise ValueError(f"it lacks {missing[0]!r}, which changes the computation (LLaDA's own code would default it "
+                         "to something else than the released models); refusing to guess")
     for key, wanted in _REQUIRED.items():
         if key in c and c[key] != wanted:
             raise ValueError(f"{key}={c[key]!r} is not supported (only {wanted!r})")

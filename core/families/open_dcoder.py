@@ -31,4 +31,5 @@ OPEN_DCODER = Family(
     shift_logits=True,
     special_ids=_special_ids,
     skip_keys=QWEN2_SKIP,
+    tempered_scores=True,  # Open-dLLM's loop follows Dream's sample_tokens
 )

@@ -1,0 +1,200 @@
+"""Released checkpoints as they ship (issue: real releases that did not load as shipped).
+
+The slow-tokenizer file sets of Dream / Dream-Coder / DiffuCoder, the union of declared end
+ids, the sampling order of the references, math fields that must be stated, and the cache
+refresh a released checkpoint gets by default.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from family_checkpoints import write_dream_release, write_llada
+from sharpen.core.errors import ModelError
+from sharpen.core.loading import embedded_model_path, load_denoiser
+from sharpen.core.tokenizer import Tokenizer
+from sharpen.kernels import reference
+
+AWKWARD = [
+    "def f(x):\n\treturn x  # ünïcödé ✓ 日本語\r\n",
+    "e\u0301 café naïve Ωmega",  # a combining accent: NFC decides
+    "  \n\n   spaces\t\ttabs\r lone CR\rand CRLF\r\n",
+    "'s 're 've 123456 3.14159 0x1F 🙂🙃 \u2028 \x0c",
+    "<|mask|><|endoftext|>x<|im_start|>user\nhi<|im_end|>",
+    "",
+]
+
+
+@pytest.fixture(scope="module", params=["dream", "diffucoder"])
+def release(request, tmp_path_factory):
+    return request.param, write_dream_release(tmp_path_factory.mktemp(request.param) / "ckpt", variant=request.param)
+
+
+def test_the_release_file_set_has_no_tokenizer_json(release):
+    _, path = release
+    names = {p.name for p in path.iterdir()}
+    assert "tokenizer.json" not in names
+    assert {"vocab.json", "merges.txt", "added_tokens.json", "special_tokens_map.json", "tokenizer_config.json",
+            "tokenization_dream.py", "generation_config.json", "config.json", "model.safetensors.index.json"} <= names
+
+
+def test_tokenizer_from_vocab_and_merges_equals_transformers(release):
+    """Same ids as transformers' own Qwen2 tokenizer built from the same files, on awkward text
+    and on every added token, alone and in context."""
+    from transformers import Qwen2Tokenizer
+
+    _, path = release
+    ours = Tokenizer.from_directory(path)
+    theirs = Qwen2Tokenizer.from_pretrained(str(path), local_files_only=True)
+    added = json.loads((path / "added_tokens.json").read_text())
+    corpus = AWKWARD + list(added) + [f"a {t} b" for t in added]
+    for text in corpus:
+        assert ours.encode(text) == theirs.encode(text, add_special_tokens=False), text
+        assert ours.decode(ours.encode(text)) == text or text != theirs.decode(theirs.encode(text, add_special_tokens=False))
+    for token, token_id in added.items():
+        assert ours.token_id(token) == token_id == theirs.convert_tokens_to_ids(token)
+
+
+def test_an_added_token_at_the_wrong_id_is_refused(tmp_path):
+    path = write_dream_release(tmp_path / "ckpt")
+    added = json.loads((path / "added_tokens.json").read_text())
+    added["<|mask|>"] += 7  # a hole in the ids: the vocabulary cannot give it that id
+    (path / "added_tokens.json").write_text(json.dumps(added))
+    cfg = json.loads((path / "tokenizer_config.json").read_text())
+    cfg["added_tokens_decoder"] = {}
+    (path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelError, match="declared with id"):
+        Tokenizer.from_directory(path)
+
+
+def test_diffucoder_spans_can_end_on_its_pad(release):
+    """DiffuCoder pads with <|dlm_pad|> while its config.json names <|endoftext|>: both end a span,
+    the pad that fills is the tokenizer's, and neither is banned."""
+    variant, path = release
+    den = load_denoiser(path)
+    tok, spec = den.tokenizer, den.spec
+    endoftext, im_end = tok.token_id("<|endoftext|>"), tok.token_id("<|im_end|>")
+    banned = set(den.banned_ids.tolist())
+    assert not banned & set(spec.end_ids) and spec.mask_id in banned
+    if variant == "diffucoder":
+        dlm_pad = tok.token_id("<|dlm_pad|>")
+        assert spec.pad_id == dlm_pad and {dlm_pad, endoftext, im_end} <= set(spec.end_ids)
+    else:
+        assert spec.pad_id == endoftext
+
+
+def test_released_checkpoints_load_and_edit_through_the_cli(release, tmp_path):
+    _, path = release
+    target = tmp_path / "f.py"
+    target.write_text("def add(a, b):\n    return a + b\n")
+    proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:12-2:17", "--model", str(path),
+                           "--device", "cpu", "--steps", "4", "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["text"].startswith("def add(a, b):\n    return ") and result["text"].endswith("\n")
+
+
+# -- sampling order: temperature, then top-p, then top-k (Dream's sample_tokens) -------------
+
+
+def _dream_distribution(logits, temperature, top_p, top_k):
+    """Dream's sample_tokens, written out: logits / T, nucleus (keeping the token that crosses
+    top_p), top-k, softmax."""
+    logits = logits / temperature
+    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+    cumulative = torch.cumsum(torch.softmax(sorted_logits, dim=-1), dim=-1)
+    remove = cumulative > top_p
+    remove[..., 1:] = remove[..., :-1].clone()
+    remove[..., 0] = False
+    logits = logits.masked_fill(torch.zeros_like(remove).scatter(-1, order, remove), float("-inf"))
+    kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+    logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.softmax(logits, dim=-1)
+
+
+@pytest.mark.parametrize("temperature", [0.3, 0.7, 1.5])
+def test_sampling_follows_the_references_order(temperature):
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 50, generator=gen) * 3
+    expected = _dream_distribution(logits.double(), temperature, top_p=0.8, top_k=12)
+    ours = torch.softmax(reference.sampling_logits(logits, temperature, 12, 0.8), dim=-1)
+    torch.testing.assert_close(ours, expected, atol=1e-6, rtol=0)
+    # Filtering before the temperature (the old order) draws from a measurably different distribution.
+    old = torch.softmax(reference.filter_logits(logits, 12, 0.8).double() / temperature, dim=-1)
+    if temperature < 1:
+        assert (old - expected).abs().sum(-1).max() > 0.01
+
+
+def test_tempered_scores_rank_by_the_distribution_drawn_from():
+    """Dream ranks commits by the tempered probability of the drawn token; LLaDA by the plain one."""
+    from sharpen.kernels.step import propose_and_score
+
+    logits = torch.randn(4, 30, generator=torch.Generator().manual_seed(1)) * 2
+    args = (logits, 0.5, None, None, "confidence", torch.Generator().manual_seed(3))
+    tokens, p_plain, _ = propose_and_score(*args)
+    tokens_t, p_tempered, _ = propose_and_score(logits, 0.5, None, None, "confidence", torch.Generator().manual_seed(3), tempered_scores=True)
+    assert torch.equal(tokens, tokens_t)
+    torch.testing.assert_close(p_plain, logits.softmax(-1).gather(-1, tokens[:, None]).squeeze(-1))
+    torch.testing.assert_close(p_tempered, (logits / 0.5).softmax(-1).gather(-1, tokens[:, None]).squeeze(-1))
+
+
+def test_families_declare_their_references_scoring(release):
+    _, path = release
+    assert load_denoiser(path).spec.tempered_scores  # Dream's convention
+    assert not load_denoiser(embedded_model_path()).spec.tempered_scores
+
+
+# -- config fields that change the math -------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["layer_norm_type", "block_type", "activation_type", "rope", "include_bias", "weight_tying"])
+def test_a_llada_config_without_a_math_field_stops(tmp_path, field):
+    path = write_llada(tmp_path / "llada")
+    config = json.loads((path / "config.json").read_text())
+    del config[field]
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError, match=f"lacks '{field}'"):
+        load_denoiser(path)
+    target = tmp_path / "f.py"
+    target.write_text("x = 1\n")
+    proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "1-1", "--model", str(path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and field in proc.stderr
+
+
+def test_a_qwen2_config_without_kv_heads_stops(tmp_path):
+    path = write_dream_release(tmp_path / "dream")
+    config = json.loads((path / "config.json").read_text())
+    del config["num_key_value_heads"]
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError, match="num_key_value_heads"):
+        load_denoiser(path)
+
+
+# -- the cache refresh a released checkpoint gets -------------------------------------------
+
+
+def test_released_checkpoints_default_to_fast_dllms_refresh(release):
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+
+    _, path = release
+    den = load_denoiser(path)
+    assert den.spec.default_refresh == "canvas" and load_denoiser(embedded_model_path()).spec.default_refresh == "block"
+    passes = []
+    real = den.logits
+
+    def spy(x, want=None, run=None, cache=None):
+        passes.append(run is None and cache is not None)  # a whole-canvas pass that fills the cache
+        return real(x, want=want, run=run, cache=cache)
+
+    den.logits = spy
+    text = "def add(a, b):\n    return a + b\n"
+    apply_edit(den, text, [Span(19, 31, max_tokens=24)], Sampling(block_size=8))
+    assert sum(passes) == 3  # one whole-canvas refresh per block (3 blocks of 8 slots): Fast-dLLM's dual cache
