@@ -87,8 +87,11 @@ def load_model(request: ModelRequest = ModelRequest(), quiet: bool = False):
 
     `quiet`: no device plan on stderr (the editor's screen would be drawn over).
     """
+    import torch
+
     from ..core import families
     from ..core.loading import embedded_model_path, load_denoiser, model_config, read_config
+    from ..core.quantize import check_quantization
 
     device = resolve_device(request.device)
     path, repo_id = resolve_model_path(request.model)
@@ -105,12 +108,16 @@ def load_model(request: ModelRequest = ModelRequest(), quiet: bool = False):
     try:
         if native:
             _, cfg = model_config(path or embedded_model_path(), config)
+            if request.quantize is not None:
+                check_quantization(request.quantize, torch.device(device))
+            if not request.force_load:
+                check_fit(cfg, request, dtype, device, repo_id or str(path or "the embedded model"))
             plan = placement_for(request, cfg, dtype, device)
             if plan is not None:
                 if not quiet:
                     sys.stderr.write("sharpen: device plan (accelerate):\n" + "".join(f"  {line}\n" for line in plan.describe().splitlines()))
                 dtype = resolve_dtype(request.dtype, str(plan.main_device))
-            denoiser = load_denoiser(path, device=device, dtype=dtype, device_map=plan.device_map if plan else None)
+            denoiser = load_denoiser(path, device=device, dtype=dtype, device_map=plan.device_map if plan else None, quantize=request.quantize)
         else:
             denoiser = _load_remote(request, path, device, dtype)
     except (RuntimeError, ValueError) as exc:  # torch's device errors, e.g. CUDA unavailable
@@ -122,6 +129,25 @@ def load_model(request: ModelRequest = ModelRequest(), quiet: bool = False):
             raise UsageError("--compile needs a natively supported model (not --trust-remote-code)")
         denoiser.compile(request.compile)
     return denoiser
+
+
+def check_fit(cfg, request: ModelRequest, dtype, device: str, name: str) -> None:
+    """Refuse, before any weight is read, a load that cannot fit this machine (core/memory_fit.py),
+    with the setting that would make it fit; --force-load skips the check."""
+    from ..core import memory_fit
+    from ..core.placement import human
+
+    precision = request.quantize or str(dtype).removeprefix("torch.")
+    need = memory_fit.footprint(cfg, precision).total
+    machine = memory_fit.this_machine()
+    if device.startswith("cuda"):
+        room = sum(free for _, free, _ in machine.gpus) + machine.ram_available  # accelerate offloads the rest
+        where = "the GPUs and CPU memory"
+    else:
+        room, where = machine.ram_available, "CPU memory"
+    if memory_fit.verdict(need, room) == "does not fit":
+        raise ModelError(f"{name} needs {human(need)} as {precision} (weights and cache), more than the {human(room)} free in "
+                         f"{where}; it fits {memory_fit.advice(cfg, machine)}; --force-load tries anyway")
 
 
 def _load_remote(request: ModelRequest, path: Path, device: str, dtype):

@@ -47,6 +47,8 @@ def models(argv: list[str]) -> int:
         return 0
     usable = [c for c in found if c.usable]
     sys.stdout.write(format_table(usable) if usable else "no usable checkpoints found\n")
+    if usable:
+        sys.stdout.write("\n" + fit_report([(c.name, _backbone_config(c.path)) for c in usable]))
     broken = [c for c in found if not c.usable]
     if broken and args.all:
         sys.stdout.write("\nnot usable:\n" + "".join(f"  {c.path}: {c.problem}\n" for c in broken))
@@ -66,6 +68,41 @@ def format_table(infos) -> str:
         rows.append((c.name, family, human_count(c.params), c.dtype, human(c.size_bytes), where))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return "".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[5] + "\n" for r in rows)
+
+
+def _backbone_config(path):
+    """The backbone dimensions of a native checkpoint, or None (remote code: unknown here)."""
+    from ..core.loading import model_config, read_config
+
+    try:
+        return model_config(Path(path), read_config(Path(path)))[1]
+    except ModelError:
+        return None
+
+
+def fit_report(entries, machine=None, context_tokens: int = 1024) -> str:
+    """Per model and precision: weights + KV cache (batch 1, `context_tokens` of context) against
+    this machine's best GPU and its RAM, fits / tight / does not fit, and the setting that fits."""
+    from ..core import memory_fit
+    from ..core.placement import human
+
+    machine = machine or memory_fit.this_machine()
+    gpu = f"best GPU {human(machine.best_gpu_free)} free" if machine.gpus else "no GPU"
+    lines = [f"memory at {context_tokens} tokens of context ({gpu}, {human(machine.ram_available)} RAM available):"]
+    rows = [("MODEL", *(p.upper() for p in memory_fit.PRECISIONS), "RUNS HERE")]
+    for name, cfg in entries:
+        if cfg is None:
+            rows.append((name, *("?" for _ in memory_fit.PRECISIONS), "runs its own code: size unknown"))
+            continue
+        cells = []
+        for precision, need, on_gpu, on_cpu in memory_fit.fit_table(cfg, machine, context_tokens):
+            where = on_gpu if machine.gpus else on_cpu
+            cells.append(f"{human(need.total)} {'ok' if where == 'fits' else where}")
+        rows.append((name, *cells, memory_fit.advice(cfg, machine, context_tokens)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
+    where = "on the best GPU" if machine.gpus else "in RAM (int4 needs CUDA)"
+    return "\n".join(lines) + f"\n  (each cell: memory needed, and whether it fits {where}: ok / tight / does not fit)\n"
 
 
 # -- doctor -------------------------------------------------------------------------------
@@ -142,6 +179,11 @@ def doctor(argv: list[str]) -> int:
             if info.note and not args.trust_remote_code:
                 ok = False
                 missing.append(f"the model {info.note}")
+    from ..core.memory_fit import KNOWN_RELEASES
+
+    entries = ([(info.name, _backbone_config(info.path))] if info is not None and not info.problem else [])
+    entries += [(f"{name} (release)", cfg) for name, (_, cfg) in KNOWN_RELEASES.items()]
+    say(fit_report(entries).rstrip("\n"))
     say("missing:" if missing else "nothing missing")
     out.extend(f"  - {m}" for m in missing)
     sys.stdout.write("\n".join(out) + "\n")

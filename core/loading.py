@@ -20,6 +20,7 @@ from .denoiser import Denoiser, ModelSpec
 from .errors import ModelError
 from .families.hf import GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY, read_generation_config, read_tokenizer_config
 from .model import ModelConfig, Transformer, on_meta_device
+from .quantize import check_quantization, quantize_backbone
 from .tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -137,11 +138,13 @@ def load_denoiser(
     device: str = "cpu",
     dtype: torch.dtype | None = None,
     device_map: dict[str, str | int] | None = None,
+    quantize: str | None = None,
 ) -> Denoiser:
     """Load a checkpoint directory (default: the embedded model) onto `device`.
 
     With a `device_map` (module name -> GPU index, "cpu" or "disk"; see placement.py) the
     model is spread over those devices by accelerate instead, run from the embedding's device.
+    `quantize` ("int8" | "int4"): torchao weight-only quantization of every linear layer.
     """
     path = Path(path) if path is not None else embedded_model_path()
     config = read_config(path)
@@ -167,6 +170,8 @@ def load_denoiser(
 
     torch_device = torch.device(device)
     dtype = dtype or default_dtype(torch_device)
+    if quantize is not None:
+        check_quantization(quantize, torch_device)  # before any weight is read
     with on_meta_device():
         model = Transformer(cfg)
     files = weight_files(path)
@@ -180,7 +185,10 @@ def load_denoiser(
         model.load_state_dict(state, strict=not cfg.tie_embeddings, assign=True)
         if cfg.tie_embeddings:
             model.output.weight = model.embed.weight
-        model.pack()  # fused inference layout (accelerate's hooks above own their parameters: left unpacked)
+        if quantize is not None:
+            quantize_backbone(model, quantize)  # quantized linears run unpacked: packing is a float layout
+        else:
+            model.pack()  # fused inference layout (accelerate's hooks above own their parameters: left unpacked)
     log.info("loaded %s model from %s (%s, %s)", family.name, path, device_map or torch_device, dtype)
     return Denoiser(model, tokenizer, spec)
 

@@ -189,6 +189,10 @@ class ModelRequest(Request):
     mask_id: int | None = setting(None, "mask token id, for --trust-remote-code models whose files do not say", low=0, metavar="ID")
     shift_logits: bool | None = setting(None, "whether logits at i predict token i+1, when the files do not say")
     compile: str = setting("off", "torch.compile the model; reduce-overhead records CUDA graphs (GPU). Each new shape compiles once", choices=COMPILE_MODES)
+    # torchao weight-only (core/quantize.py): an 8B model in about 8 GiB (int8) or 5 GiB (int4, CUDA only).
+    quantize: str | None = setting(None, "weight-only quantization through torchao: int8 (CPU or GPU) or int4 (CUDA)", choices=("int8", "int4"))
+    # The fit check (core/memory_fit.py) refuses a load that cannot fit this machine.
+    force_load: bool = setting(False, "load even when the fit check says the model does not fit this machine")
 
 
 REQUESTS = (Sampling, Editing, ModelRequest)

@@ -228,7 +228,7 @@ MODEL_ERRORS = [
     ("config-not-json", "cannot read"),
     ("no-config", "no config.json"),
     ("shape-mismatch", "shape"),
-    ("no-tokenizer", "No such file"),
+    ("no-tokenizer", "neither tokenizer.json nor vocab.json + merges.txt"),
     ("no-mask-token", "no mask token"),
 ]
 

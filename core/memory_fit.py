@@ -1,0 +1,145 @@
+"""Will a model fit this machine? Its weights and KV cache at each precision, against GPUs and RAM.
+
+    need = footprint(cfg, "int8", context_tokens=1024)     # weights + cache, in bytes
+    verdict(need.total, room)                             # "fits" | "tight" | "does not fit"
+
+Sizes are computed from the backbone's ModelConfig (the same numbers the loader builds), so a
+local checkpoint and a known release are judged alike. Quantized sizes follow torchao's
+weight-only layouts (core/quantize.py): int8 keeps one scale per output row, int4 one scale
+and zero point per group of 128 weights; the embedding stays in bfloat16.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .model import ModelConfig
+
+PRECISIONS = ("float32", "bfloat16", "int8", "int4")
+BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "int4": 0.5}
+INT4_GROUP = 128  # torchao's default group size for int4 weight-only
+SLOT_ALLOWANCE = 256  # canvas slots on top of the context: a long infill's worth
+TIGHT = 0.85  # above this share of free memory a load is "tight": activations and the allocator need the rest
+
+
+@dataclass(frozen=True)
+class Footprint:
+    precision: str
+    weights: int  # bytes
+    kv_cache: int  # bytes, batch 1, at the context given
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache
+
+
+def parameter_split(cfg: ModelConfig) -> tuple[int, int]:
+    """(embedding parameters, linear parameters incl. the output head): only linears quantize."""
+    d, hd = cfg.dim, cfg.head_dim
+    attn = d * cfg.n_heads * hd + 2 * d * cfg.n_kv_heads * hd + cfg.n_heads * hd * d
+    bias = (cfg.n_heads + 2 * cfg.n_kv_heads) * hd if cfg.qkv_bias else 0
+    ffn = 3 * d * cfg.ffn_hidden
+    norms = 2 * d
+    linear = cfg.n_layers * (attn + bias + ffn + norms) + d + (0 if cfg.tie_embeddings else cfg.vocab_size * d)
+    return cfg.vocab_size * d, linear
+
+
+def footprint(cfg: ModelConfig, precision: str, context_tokens: int = 1024) -> Footprint:
+    embed, linear = parameter_split(cfg)
+    if precision in ("int8", "int4"):
+        scales = linear / (cfg.dim if precision == "int8" else INT4_GROUP) * (2 if precision == "int8" else 4)
+        weights = embed * 2 + linear * BYTES[precision] + scales
+        if cfg.tie_embeddings:  # the tied head is quantized apart from the embedding it was tied to
+            weights += cfg.vocab_size * cfg.dim * BYTES[precision]
+        cache_bytes = 2  # the cache stays in bfloat16
+    else:
+        weights = (embed + linear) * BYTES[precision]
+        cache_bytes = BYTES[precision]
+    tokens = context_tokens + SLOT_ALLOWANCE
+    cache = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * tokens * cache_bytes
+    return Footprint(precision, int(weights), int(cache))
+
+
+def verdict(need: int, room: int) -> str:
+    if room <= 0 or need > room:
+        return "does not fit"
+    return "fits" if need <= TIGHT * room else "tight"
+
+
+@dataclass(frozen=True)
+class Machine:
+    gpus: tuple[tuple[str, int, int], ...]  # (name, free bytes, total bytes) per CUDA device
+    ram_available: int  # bytes
+
+    @property
+    def best_gpu_free(self) -> int:
+        return max((free for _, free, _ in self.gpus), default=0)
+
+
+def this_machine() -> Machine:
+    """The GPUs torch sees (free memory now) and the host memory available."""
+    gpus = ()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpus = tuple((torch.cuda.get_device_name(i), *torch.cuda.mem_get_info(i)) for i in range(torch.cuda.device_count()))
+    except ImportError:
+        pass
+    return Machine(gpus, host_available())
+
+
+def host_available() -> int:
+    """MemAvailable from /proc/meminfo (Linux), else physical pages * page size."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def fit_table(cfg: ModelConfig, machine: Machine, context_tokens: int = 1024) -> list[tuple[str, Footprint, str, str]]:
+    """Per precision: (precision, footprint, on the best GPU, on the CPU). bfloat16 is a GPU
+    precision (slow on CPUs) and int4 needs CUDA: those say so for the CPU column."""
+    rows = []
+    for precision in PRECISIONS:
+        need = footprint(cfg, precision, context_tokens)
+        gpu = verdict(need.total, machine.best_gpu_free) if machine.gpus else "no GPU"
+        cpu = "needs CUDA" if precision == "int4" else verdict(need.total, machine.ram_available)
+        rows.append((precision, need, gpu, cpu))
+    return rows
+
+
+def advice(cfg: ModelConfig, machine: Machine, context_tokens: int = 1024) -> str:
+    """The setting that makes the model fit here, in words, or that nothing does."""
+    for precision in PRECISIONS[1:] if machine.gpus else ():
+        if verdict(footprint(cfg, precision, context_tokens).total, machine.best_gpu_free) != "does not fit":
+            flag = "--dtype bfloat16" if precision == "bfloat16" else f"--quantize {precision}"
+            return f"on the GPU with {flag}"
+    for precision in ("float32", "int8"):
+        need = footprint(cfg, precision, context_tokens).total
+        if verdict(need, machine.ram_available) != "does not fit":
+            flag = "" if precision == "float32" else " --quantize int8"
+            slowly = ", slowly" if need > 2**31 else ""  # a step reads every weight: GiBs on a CPU take seconds
+            return f"on the CPU (--device cpu{flag}){slowly}"
+    if machine.gpus:
+        return "only spread over the GPUs and CPU memory (--device-map auto, with --quantize int8 to shrink it)"
+    return "nowhere on this machine; use a smaller model (docs/models.md: which model for which machine)"
+
+
+# The releases sharpen knows, with their backbone dimensions from their config.json files.
+KNOWN_RELEASES: dict[str, tuple[str, ModelConfig]] = {
+    # name: (hub repo id, backbone dimensions)
+    "LLaDA-8B-Instruct": ("GSAI-ML/LLaDA-8B-Instruct", ModelConfig(vocab_size=126464, dim=4096, n_layers=32, n_heads=32, n_kv_heads=32, ffn_hidden=12288, max_seq_len=4096)),
+    "LLaDA-1.5": ("GSAI-ML/LLaDA-1.5", ModelConfig(vocab_size=126464, dim=4096, n_layers=32, n_heads=32, n_kv_heads=32, ffn_hidden=12288, max_seq_len=4096)),
+    "Dream-v0-Instruct-7B": ("Dream-org/Dream-v0-Instruct-7B", ModelConfig(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, ffn_hidden=18944, qkv_bias=True, max_seq_len=32768)),
+    "Dream-Coder-v0-Instruct-7B": ("Dream-org/Dream-Coder-v0-Instruct-7B", ModelConfig(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, ffn_hidden=18944, qkv_bias=True, max_seq_len=32768)),
+    "DiffuCoder-7B-Instruct": ("apple/DiffuCoder-7B-Instruct", ModelConfig(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, ffn_hidden=18944, qkv_bias=True, max_seq_len=32768)),
+    "Open-dCoder-0.5B": ("fredzzp/open-dcoder-0.5B", ModelConfig(vocab_size=151936, dim=896, n_layers=24, n_heads=14, n_kv_heads=2, ffn_hidden=4864, qkv_bias=True, tie_embeddings=True, max_seq_len=32768)),
+}
