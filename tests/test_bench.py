@@ -87,3 +87,12 @@ def test_compiled_runs_compile_the_autoregressive_baseline_too():
     options = synthetic.ar_options("reduce-overhead", torch.device("cpu"))
     assert options["cache_implementation"] == "static"  # what transformers compiles generate over
     assert options["compile_config"].mode == "reduce-overhead" and options["compile_config"]._compile_all_devices
+
+
+def test_quantize_bench_prints_a_row_per_precision(capsys):
+    import quantize
+
+    assert quantize.main(["--shapes", "tiny", "--span", "8", "--context", "8", "--repeats", "0"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
+    assert [r.split("|")[2].strip() for r in rows] == ["float32", "bfloat16", "int8"]
+    assert rows[0].split("|")[4].strip() == "0.0000"  # float32 against itself
