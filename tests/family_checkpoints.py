@@ -116,6 +116,13 @@ def write_llada(out: Path, *, instruct: bool = False, mask_in_config: bool = Tru
     if instruct:
         tok_cfg["chat_template"] = LLADA_TEMPLATE
     _write_json(out / "tokenizer_config.json", tok_cfg)
+    # The rest of LLaDA's release file set: special tokens, generation defaults, its own code.
+    _write_json(out / "special_tokens_map.json", {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"})
+    generation = {"bos_token_id": ids["<|startoftext|>"], "eos_token_id": ids["<|eot_id|>" if instruct else "<|endoftext|>"],
+                  "pad_token_id": ids["<|endoftext|>"], "transformers_version": "4.38.2"}
+    _write_json(out / "generation_config.json", generation)
+    for name in ("configuration_llada.py", "modeling_llada.py"):  # present in the release, never run by sharpen
+        (out / name).write_text(f"# {name}: stands in for the release's remote code; sharpen loads this family natively\n")
     b = "model.transformer.blocks.{i}."
     shapes = {"model.transformer.wte.weight": (vocab, d)}
     for i in range(layers):
@@ -203,6 +210,20 @@ def write_open_dcoder(out: Path, *, seed: int = 2, with_mask: bool = True) -> Pa
     write_sharded(out, random_state(_qwen2_shapes(vocab, 64, 2, 4, 2, 96, True), seed), 1, torch.bfloat16)
     return out
 
+
+# -- the release file sets -----------------------------------------------------------------------
+# What each supported release ships, as the fixtures write it. Source: the project's design notes
+# (shared DESIGN.md, "Releases as they are shipped") and the issue that reported the loading
+# failures; the hub itself is not reachable from this machine, so the lists are not re-checked here.
+RELEASE_FILES = {
+    "LLaDA-8B-Base / LLaDA-8B-Instruct / LLaDA-1.5": ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                                                     "special_tokens_map.json", "configuration_llada.py", "modeling_llada.py",
+                                                     "model.safetensors.index.json", "model-*.safetensors"),
+    "Dream-v0 / Dream-Coder-v0 (Base, Instruct) / DiffuCoder (Base, Instruct, cpGRPO)": (
+        "config.json", "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json", "special_tokens_map.json",
+        "tokenizer_config.json", "configuration_dream.py", "modeling_dream.py", "generation_utils.py", "tokenization_dream.py",
+        "model.safetensors.index.json", "model-*.safetensors"),
+}
 
 # -- releases that ship the slow tokenizer's files only (no tokenizer.json) -----------------------
 # Dream-v0 / Dream-Coder-v0 / DiffuCoder: vocab.json + merges.txt + added_tokens.json +

@@ -198,3 +198,42 @@ def test_released_checkpoints_default_to_fast_dllms_refresh(release):
     text = "def add(a, b):\n    return a + b\n"
     apply_edit(den, text, [Span(19, 31, max_tokens=24)], Sampling(block_size=8))
     assert sum(passes) == 3  # one whole-canvas refresh per block (3 blocks of 8 slots): Fast-dLLM's dual cache
+
+
+# -- every supported release's file set loads through the CLI and edits a file ----------------
+
+
+def _release(kind: str, root: Path) -> Path:
+    from family_checkpoints import write_open_dcoder
+
+    writers = {
+        "LLaDA-8B-Base": lambda p: write_llada(p), "LLaDA-8B-Instruct": lambda p: write_llada(p, instruct=True),
+        "LLaDA-1.5": lambda p: write_llada(p, instruct=True, seed=7),
+        "Dream-v0-Base-7B": lambda p: write_dream_release(p), "Dream-v0-Instruct-7B": lambda p: write_dream_release(p, seed=6),
+        "Dream-Coder-v0-Instruct-7B": lambda p: write_dream_release(p, seed=8),
+        "DiffuCoder-7B-Base": lambda p: write_dream_release(p, variant="diffucoder"),
+        "DiffuCoder-7B-cpGRPO": lambda p: write_dream_release(p, variant="diffucoder", seed=9),
+        "Open-dCoder-0.5B": lambda p: write_open_dcoder(p),
+    }
+    return writers[kind](root / kind)
+
+
+@pytest.mark.parametrize("kind", ["LLaDA-8B-Base", "LLaDA-8B-Instruct", "LLaDA-1.5", "Dream-v0-Base-7B", "Dream-v0-Instruct-7B",
+                                  "Dream-Coder-v0-Instruct-7B", "DiffuCoder-7B-Base", "DiffuCoder-7B-cpGRPO", "Open-dCoder-0.5B"])
+def test_each_release_file_set_edits_a_file_in_place(kind, tmp_path):
+    from family_checkpoints import RELEASE_FILES
+
+    path = _release(kind, tmp_path)
+    shipped = {p.name for p in path.iterdir()}
+    family = next((names for label, names in RELEASE_FILES.items() if kind.split("-")[0] in label), None)
+    if family is not None:  # exactly the release's files: none missing, none extra
+        expected = {n for n in family if "*" not in n} | {n for n in shipped if n.startswith("model-") and n.endswith(".safetensors")}
+        assert shipped == expected, shipped ^ expected
+    target = tmp_path / "f.py"
+    original = "def add(a, b):\n    return a + b\n"
+    target.write_text(original)
+    proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:12-2:17", "--model", str(path),
+                           "--device", "cpu", "--steps", "3", "--in-place"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    edited = target.read_text()
+    assert edited.startswith("def add(a, b):\n    return ") and edited.endswith("\n")
