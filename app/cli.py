@@ -128,16 +128,43 @@ def _fail(message: str, code: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The console script. `argv` None means this is the process itself (not a caller in Python)."""
+    process = argv is None
+    if process:
+        _hold_standard_streams()
     argv = sys.argv[1:] if argv is None else argv
     try:
-        return _main(argv)
+        return _main(argv, process)
     except KeyboardInterrupt:
         return _fail("interrupted; nothing was written", 130)
     except BrokenPipeError:
         return 0
 
 
-def _main(argv: list[str]) -> int:
+def _hold_standard_streams() -> None:
+    """Started with stdin, stdout or stderr closed (`2>&-`): put /dev/null on that descriptor.
+
+    Otherwise the next file opened (a temp file being saved!) would get descriptor 2 and
+    receive whatever writes to stderr, and Python's sys.stderr is None: every message would
+    raise. What was closed stays closed for sharpen's purposes: stdout and stdin are marked
+    None again, so writing a result there or reading FILE - is a plain I/O error (exit 3).
+    """
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+            os.open(os.devnull, os.O_RDWR)  # takes the lowest free descriptor: this one
+    if 2 in closed:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # messages go nowhere, exit codes still tell
+    if 1 in closed:
+        sys.stdout = None
+    if 0 in closed:
+        sys.stdin = None
+
+
+def _main(argv: list[str], process: bool = False) -> int:
     from .subcommands import SUBCOMMANDS
 
     if argv and argv[0] in SUBCOMMANDS:
@@ -169,7 +196,7 @@ def _main(argv: list[str]) -> int:
                 return _fail("error: --apply-edit needs exactly one FILE (or - for stdin)", 2)
             from .headless import run_headless
 
-            return run_headless(headless_job(args), config)
+            return run_headless(headless_job(args), config, process_exits=process)
         if args.in_place or args.diff or args.json:
             return _fail("error: --in-place, --diff and --json go with --apply-edit", 2)
         return _open_editor(args, config)

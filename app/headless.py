@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from ..core.errors import Cancelled, InputError, UsageError
-from ..core.files import MAX_FILE_BYTES, TextFile, check_writable, decode_bytes, read_text_file, save_text_file
+from ..core.files import MAX_FILE_BYTES, NotRegularFile, TextFile, check_writable, decode_bytes, read_text_file, save_text_file
 from ..core.spans import Span, validate_spans
 from .config import Config
 from .specs import LineIndex, format_range, parse_edit_list, parse_spec
@@ -42,9 +42,18 @@ def _read_limited(stream, limit: int, name: str) -> bytes:
 
 def read_input(file_arg: str) -> TextFile:
     if file_arg == "-":
-        text, bom = decode_bytes(_read_limited(sys.stdin.buffer, MAX_FILE_BYTES, "<stdin>"), "<stdin>")
+        if sys.stdin is None:
+            raise InputError("<stdin>: standard input is closed")
+        try:
+            data = _read_limited(sys.stdin.buffer, MAX_FILE_BYTES, "<stdin>")
+        except OSError as exc:
+            raise InputError(f"<stdin>: cannot read ({exc.strerror or exc})") from None
+        text, bom = decode_bytes(data, "<stdin>")
         return TextFile(None, text, bom)
-    return read_text_file(file_arg)
+    try:
+        return read_text_file(file_arg)
+    except NotRegularFile as exc:
+        raise NotRegularFile(f"{exc}; pipe text in with FILE - instead") from None
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,7 @@ def _edit_list_bytes(stream, name: str) -> bytes:
 
 
 _stop_exits_at_once = False  # true while torch is imported and the model loads
+_process_exits = False  # true when the run is the process (the CLI), which exits right after it
 
 
 def _on_stop(signum, frame):
@@ -145,11 +155,17 @@ def signals_held() -> Iterator[Callable[[], None]]:
         if arrived:
             raise KeyboardInterrupt
 
+    committed = False
     try:
         yield check
+        committed = True
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            # Once the new file is in place in a process about to exit, the run has succeeded: a
+            # stop signal in what is left (flushing, interpreter and torch teardown) must not turn
+            # exit 0 into a death by signal, nor into an "interrupted" that is not true.
+            keep_ignoring = committed and _process_exits
+            signal.signal(sig, signal.SIG_IGN if keep_ignoring else (handler if handler is not None else signal.SIG_DFL))
 
 
 class Progress:
@@ -179,16 +195,30 @@ class Progress:
             self.open = False
 
 
-def run_headless(job: HeadlessJob, config: Config = Config(), denoiser=None) -> int:
-    """The whole headless run; `denoiser` lets a caller (bench/soak.py) reuse a loaded model."""
+def run_headless(job: HeadlessJob, config: Config = Config(), denoiser=None, process_exits: bool = False) -> int:
+    """The whole headless run; `denoiser` lets a caller (bench/soak.py) reuse a loaded model.
+
+    `process_exits`: the caller ends the process right after (the CLI). Then, once the result
+    is written, stop signals are ignored for the rest of the process: exit 0 means written,
+    and a Ctrl+C during the interpreter's and torch's teardown cannot turn it into a death by
+    signal or an "interrupted" that is not true.
+    """
+    global _process_exits
+    _process_exits = process_exits
     main_thread = threading.current_thread() is threading.main_thread()
-    stops = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, _on_stop) for sig in stops} if main_thread else {}  # SIGTERM ends like Ctrl+C
+    # SIGTERM and SIGHUP (a closed terminal) end like Ctrl+C: exit 130, the file untouched.
+    previous = {sig: signal.signal(sig, _on_stop) for sig in _STOP_SIGNALS} if main_thread else {}
+    done = False
     try:
-        return _run(job, config, denoiser)
+        code = _run(job, config, denoiser)
+        done = True
+        return code
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            if done and process_exits:
+                signal.signal(sig, signal.SIG_IGN)
+            else:
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def _run(job: HeadlessJob, config: Config, denoiser) -> int:
@@ -233,16 +263,18 @@ def write_result(job: HeadlessJob, source: TextFile, spans: list[Span], result, 
             # Refused (exit 3) if another program changed the file while the model ran.
             save_text_file(source, new_text, before_commit=check)
         return
+    if sys.stdout is None:
+        raise InputError("cannot write the result: standard output is closed")
     if job.output == "diff":
-        name = str(source.path or "<stdin>")
-        diff = difflib.unified_diff(
-            source.text.splitlines(keepends=True), new_text.splitlines(keepends=True), f"a/{name}", f"b/{name}"
-        )
-        sys.stdout.write(colour_diff("".join(_terminated(diff)), sys.stdout))  # pygments, on a terminal only
+        name = display_name(source.path) if source.path else "<stdin>"
+        # git's a/ b/ prefixes, except before an absolute path (no "a//tmp/f.py").
+        old_label, new_label = (name, name) if name.startswith("/") else (f"a/{name}", f"b/{name}")
+        diff = difflib.unified_diff(source.text.splitlines(keepends=True), new_text.splitlines(keepends=True), old_label, new_label)
+        _write_stdout(colour_diff("".join(_terminated(diff)), sys.stdout).encode("utf-8", "surrogateescape"))  # colour on a terminal only
     elif job.output == "json":
         index = LineIndex.of(source.text)
         payload = {
-            "file": str(source.path) if source.path else "-",
+            "file": display_name(source.path) if source.path else "-",
             "model": denoiser.spec.name,
             "steps": result.steps,
             "tokens": result.tokens,
@@ -263,10 +295,28 @@ def write_result(job: HeadlessJob, source: TextFile, spans: list[Span], result, 
             ],
             "text": new_text,
         }
-        sys.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
+        _write_stdout((json.dumps(payload, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
     else:
-        sys.stdout.buffer.write(source.encode(new_text))
-    sys.stdout.flush()
+        _write_stdout(source.encode(new_text))
+
+
+def display_name(path) -> str:
+    """A path as valid UTF-8 text: bytes that are not UTF-8 (Linux allows any) show as \\xNN."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _write_stdout(data: bytes) -> None:
+    """The result to stdout; a closed or full stdout is an I/O error (exit 3), not a crash."""
+    if sys.stdout is None:
+        raise InputError("cannot write the result: standard output is closed")
+    try:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise InputError(f"cannot write the result to standard output ({exc.strerror or exc})") from None
 
 
 def _terminated(lines):

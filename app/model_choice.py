@@ -25,6 +25,9 @@ def resolve_device(requested: str | None) -> str:
 
     if requested in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        why = "this torch is a CPU build" if torch.version.cuda is None else "no CUDA GPU is visible"
+        raise UsageError(f"--device {requested}: {why}; use --device cpu (or auto)")
     return requested
 
 
@@ -72,6 +75,8 @@ def placement_for(request: ModelRequest, cfg, dtype, device: str):
 
     spec = request.max_memory
     max_memory = placement.parse_max_memory(spec) if spec else None
+    if max_memory and any(isinstance(d, int) for d in max_memory) and not torch.cuda.is_available():
+        raise UsageError("--max-memory names a GPU, but no CUDA GPU is available; leave it out, or use only cpu=SIZE")
     asked = request.device_map == "auto" or max_memory is not None
     if not asked:
         if request.device != "auto" or not device.startswith("cuda"):

@@ -172,7 +172,7 @@ class Denoiser:
         # One compiled function per step, the pass and its projection together: one CUDA graph
         # per step, and no graph output is read after the next step's call, which is what
         # CUDA graph trees assume of inference (each call starts a new iteration).
-        self.model.rope(self.device)  # built now, eagerly: a table made inside a graph would be graph memory
+        self.model.rope(self.device, self.max_len)  # built now, eagerly: a table made inside a graph would be graph memory
         self._scores = torch.compile(self.model.scores, backend=backend, **options)
         self._static_caches = True
 

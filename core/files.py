@@ -10,11 +10,13 @@ See docs/safety.md for the guarantees and the API the editor uses.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
 import stat
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -27,6 +29,11 @@ BOM = "\ufeff"
 _SNIFF = 8192  # bytes looked at for NUL when deciding a file is binary
 MAX_FILE_BYTES = 64 * 1024 * 1024  # larger files are refused: everything is held in memory
 TEMP_SUFFIX = ".sharpen-tmp"
+NAME_MAX = 255  # bytes in one file name on Linux and macOS file systems
+
+
+class NotRegularFile(InputError):
+    """A FIFO, socket or device where a text file was expected (each front end says what to do instead)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,9 @@ def encode_text(text: str, bom: bool) -> bytes:
 
 def read_text_file(path: str | Path) -> TextFile:
     """Read a regular UTF-8 text file; anything else is an InputError that names it."""
+    if isinstance(path, str) and path.endswith(("/", os.sep)) and not os.path.isdir(path):
+        # Path() drops a trailing slash, which would turn `f.py/` into the file f.py.
+        raise InputError(f"{path}: not a directory, and a file name does not end in /")
     path = Path(path)
     try:
         _check_regular(path, os.stat(path))  # before open(): opening a FIFO would block
@@ -93,8 +103,8 @@ def _check_regular(path: Path, info: os.stat_result) -> None:
     if stat.S_ISDIR(info.st_mode):
         raise InputError(f"{path}: is a directory")
     if not stat.S_ISREG(info.st_mode):
-        # A FIFO or a device would block or never end; stdin (FILE -) is the way to pipe text in.
-        raise InputError(f"{path}: not a regular file (pipe, socket or device); use - to read stdin")
+        # A FIFO or a device would block or never end.
+        raise NotRegularFile(f"{path}: not a regular file (pipe, socket or device)")
     if info.st_size > MAX_FILE_BYTES:
         raise InputError(f"{path}: too large ({info.st_size // 2**20} MiB; the limit is {MAX_FILE_BYTES // 2**20} MiB)")
 
@@ -199,19 +209,23 @@ def atomic_write(
     mode = stat.S_IMODE(info.st_mode) if info else (new_file_mode if new_file_mode is not None else 0o666 & ~_umask())
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target.name), suffix=TEMP_SUFFIX, dir=directory)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), mode)
             if info is not None:
-                _keep_owner(handle.fileno(), info)
-        if before_commit is not None:
-            before_commit()
-        os.replace(tmp, target)
-        tmp = None
-        _fsync_dir(directory)
+                _keep_owner(handle.fileno(), info)  # first: chown clears setuid/setgid, chmod then sets them
+            os.fchmod(handle.fileno(), mode)
+        # Check and replace under one lock, so two sharpen processes (or editors) saving the same
+        # file cannot both pass the check and the second rename silently drop the first's edit.
+        with directory_lock(directory):
+            if before_commit is not None:
+                before_commit()
+            _still_writable(path, target)
+            os.replace(tmp, target)
+            tmp = None
+            _fsync_dir(directory)
     except PermissionError:
         raise InputError(f"{path}: cannot write: permission denied in {directory}") from None
     except FileNotFoundError:
@@ -225,6 +239,55 @@ def atomic_write(
             except OSError:
                 pass
     return target
+
+
+def temp_prefix(name: str) -> str:
+    """`.NAME.` for the temp file, NAME shortened so that the whole temp name (prefix, 8 random
+    characters, suffix) stays within NAME_MAX bytes; a UTF-8 name is cut between characters."""
+    room = NAME_MAX - 2 - 8 - len(TEMP_SUFFIX)
+    whole = os.fsencode(name)
+    cut = whole[:room]
+    while cut and _utf8(whole) and not _utf8(cut):
+        cut = cut[:-1]
+    return f".{os.fsdecode(cut)}."
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+@contextmanager
+def directory_lock(directory: Path):
+    """An exclusive advisory lock (flock) on `directory`, held by one sharpen save at a time.
+
+    It orders sharpen processes among themselves: another program that ignores it can still
+    write the file between the check and the rename (docs/safety.md says so). No lock file is
+    created: the directory itself is locked.
+    """
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        yield  # cannot open the directory for locking: the save goes on without the lock
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _still_writable(path, target: Path) -> None:
+    """At the commit point: a file made read-only while the model ran is not overwritten."""
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        return  # deleted meanwhile: the change check (before_commit) decides about that
+    if not info.st_mode & 0o222 or not os.access(target, os.W_OK):
+        raise InputError(f"{path}: file became read-only while sharpen worked; not writing it")
 
 
 def save_text_file(original: TextFile, text: str, *, check_disk: bool = True, before_commit: Callable[[], None] | None = None) -> TextFile:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -128,9 +129,48 @@ def model_config(path: Path, config: dict) -> tuple[families.Family, ModelConfig
     """The family of a checkpoint and its backbone config; errors are one-line ModelErrors."""
     family = families.family_for(config)
     try:
-        return family, family.to_config(config)
-    except (TypeError, ValueError, KeyError) as exc:
+        cfg = family.to_config(config)
+    except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
         raise ModelError(f"config.json of {path} does not describe a {family.name} model: {exc}") from None
+    for name, limit in SANE_LIMITS.items():
+        if getattr(cfg, name) > limit:
+            raise ModelError(f"config.json of {path}: {name}={getattr(cfg, name)} is beyond any real model (at most {limit}); refusing to build it")
+    return family, cfg
+
+
+# Far beyond any released model, far below what would exhaust a machine before the weights are read.
+SANE_LIMITS = {"n_layers": 1024, "dim": 65536, "n_heads": 1024, "ffn_hidden": 1 << 20, "vocab_size": 1 << 22, "max_seq_len": 1 << 24}
+
+
+def header_shapes(file: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from a safetensors file's JSON header (8-byte length, then JSON); no tensor is read."""
+    try:
+        with open(file, "rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            if not 2 <= length <= 100 * 2**20:
+                raise ValueError(f"header length {length}")
+            header = json.loads(handle.read(length))
+        return {key: tuple(value["shape"]) for key, value in header.items() if key != "__metadata__"}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ModelError(f"corrupt or truncated weights file {file.name}: {exc}") from None
+
+
+def check_against_weights(family: families.Family, cfg: ModelConfig, files: list[Path], path: Path) -> None:
+    """The config's layer count and embedding size against the weights' headers, before anything
+    is built: a config that announces a million layers stops here, not after minutes of building."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        shapes.update(header_shapes(file))
+    layers = set()
+    for template in family.weight_map:
+        if "{i}" in template:
+            pattern = re.compile(re.escape(template).replace(re.escape("{i}"), r"(\d+)") + "$")
+            layers.update(int(m.group(1)) for key in shapes if (m := pattern.match(key)))
+    if layers and cfg.n_layers != max(layers) + 1:
+        raise ModelError(f"config.json of {path} says {cfg.n_layers} layers, but the weights hold {max(layers) + 1}")
+    embed_key = next((src for src, dst in family.weight_map.items() if dst == "embed.weight"), None)
+    if embed_key in shapes and shapes[embed_key] != (cfg.vocab_size, cfg.dim):
+        raise ModelError(f"config.json of {path} says a {cfg.vocab_size} x {cfg.dim} embedding, but the weights hold {shapes[embed_key]}")
 
 
 def load_denoiser(
@@ -172,9 +212,10 @@ def load_denoiser(
     dtype = dtype or default_dtype(torch_device)
     if quantize is not None:
         check_quantization(quantize, torch_device)  # before any weight is read
+    files = weight_files(path)
+    check_against_weights(family, cfg, files, path)
     with on_meta_device():
         model = Transformer(cfg)
-    files = weight_files(path)
     if device_map is not None:
         from .placement import dispatch
 

@@ -31,6 +31,10 @@ class ModelConfig:
     tie_embeddings: bool = False  # output head shares the input embedding matrix
 
     def __post_init__(self) -> None:
+        for name in ("vocab_size", "dim", "n_layers", "n_heads", "max_seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a whole number of at least 1")
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         if self.ffn_hidden is None:
@@ -246,10 +250,17 @@ class Transformer(nn.Module):
         self.layer_devices: list[torch.device] | None = None
         self.output_device: torch.device | None = None
 
-    def rope(self, device) -> tuple[torch.Tensor, torch.Tensor]:
-        # Built lazily (not a buffer) so meta-device construction and state dicts stay clean.
-        if self._rope is None or self._rope[0].device != device:
-            self._rope = rotary_table(self.cfg.head_dim, self.cfg.max_seq_len, self.cfg.rope_theta, device)
+    def rope(self, device, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotary tables covering at least `length` positions (default: a small canvas).
+
+        Built lazily (not a buffer) so meta-device construction and state dicts stay clean, and
+        sized to the canvas in use, grown in powers of two, never to the declared maximum: a
+        config may declare a million positions, and the table costs positions x head_dim floats.
+        """
+        need = min(self.cfg.max_seq_len, max(length or 0, 512))
+        if self._rope is None or self._rope[0].device != device or self._rope[0].shape[0] < need:
+            size = min(self.cfg.max_seq_len, 1 << (need - 1).bit_length())
+            self._rope = rotary_table(self.cfg.head_dim, size, self.cfg.rope_theta, device)
         return self._rope
 
     @torch.no_grad()
@@ -303,7 +314,7 @@ class Transformer(nn.Module):
         longest = max(S, cache.length if cache is not None else 0)
         if longest > self.cfg.max_seq_len:
             raise ValueError(f"canvas of {longest} tokens exceeds max_seq_len {self.cfg.max_seq_len}")
-        cos, sin = self.rope(ids.device)
+        cos, sin = self.rope(ids.device, longest)
         cos, sin = cos[positions], sin[positions]  # [S, D]
         x = self.embed(ids)  # [B, S, dim]
         for i, layer in enumerate(self.layers):

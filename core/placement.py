@@ -15,39 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import ModelError, UsageError
+from .errors import ModelError
 from .model import ModelConfig, Transformer, on_meta_device
+from .settings import parse_max_memory, parse_size  # noqa: F401  (the placement API: sizes as users write them)
 
 log = logging.getLogger(__name__)
 
 NO_SPLIT = ["Block"]  # a transformer block stays on one device
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def parse_size(text: str) -> int:
-    """'20GiB', '512MB', '1000000' -> bytes."""
-    match = _SIZE.match(text)
-    if not match:
-        raise UsageError(f"bad memory size {text!r} (use e.g. 20GiB, 512MB)")
-    unit = (match.group(2) or "B").lower()
-    return int(float(match.group(1)) * _UNITS[unit])
-
-
-def parse_max_memory(spec: str) -> dict[int | str, int]:
-    """'0=20GiB,1=20GiB,cpu=64GiB' -> {0: ..., 1: ..., 'cpu': ...} (GPU indices, cpu, disk)."""
-    out: dict[int | str, int] = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        device, sep, size = part.partition("=")
-        device = device.strip().lower().removeprefix("cuda:")
-        if not sep or not (device.isdigit() or device in ("cpu", "disk")):
-            raise UsageError(f"bad --max-memory entry {part!r} (use DEVICE=SIZE with DEVICE 0, 1, ..., cpu or disk)")
-        out[int(device) if device.isdigit() else device] = parse_size(size)
-    if not out:
-        raise UsageError("--max-memory is empty")
-    return out
-
-
 def human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":

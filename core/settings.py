@@ -17,6 +17,7 @@ field its own way in the message (`--top-p`, `[sampling] top_p`).
 from __future__ import annotations
 
 import math
+import re
 import typing
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
@@ -42,6 +43,7 @@ class Rule:
     high_open: bool = False
     metavar: str | None = None
     flag: bool = True  # a command-line flag exists (--name-with-dashes); False: config file only
+    parse: typing.Callable[[typing.Any], object] | None = None  # a value with syntax of its own: raises ValueError(rule)
 
     def describe(self) -> str:
         """The rule in words, as it appears after the setting's name in an error."""
@@ -101,6 +103,11 @@ def check(request) -> None:
             raise SettingError(f.name, "must be a string")
         if rule.choices and value not in rule.choices:
             raise SettingError(f.name, rule.describe())
+        if rule.parse is not None:
+            try:
+                rule.parse(value)
+            except ValueError as exc:
+                raise SettingError(f.name, str(exc)) from None
         if is_number:
             # Compare before any float(): a 400-digit integer would overflow it.
             too_low = rule.low is not None and (value <= rule.low if rule.low_open else value < rule.low)
@@ -120,6 +127,32 @@ class Request:
     def updated(self, values: dict[str, Any]):
         """A copy with `values` (field -> value) applied; None values mean "not given" and are skipped."""
         return replace(self, **{k: v for k, v in values.items() if v is not None})
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """'20GiB', '512MB', '1000000' -> bytes (ValueError with the rule otherwise)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"has a bad memory size {text.strip()!r} (use e.g. 20GiB, 512MB)")
+    return int(float(match.group(1)) * _UNITS[(match.group(2) or "B").lower()])
+
+
+def parse_max_memory(spec: str) -> dict[int | str, int]:
+    """'0=20GiB,1=20GiB,cpu=64GiB' -> {0: ..., 1: ..., 'cpu': ...} (GPU indices, cpu, disk)."""
+    out: dict[int | str, int] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        device, sep, size = part.partition("=")
+        device = device.strip().lower().removeprefix("cuda:")
+        if not sep or not (device.isdigit() or device in ("cpu", "disk")):
+            raise ValueError(f"has a bad entry {part!r} (use DEVICE=SIZE with DEVICE 0, 1, ..., cpu or disk)")
+        out[int(device) if device.isdigit() else device] = parse_size(size)
+    if not out:
+        raise ValueError("is empty")
+    return out
 
 
 # The loop's named choices (core/sampler.py and kernels/ implement them).
@@ -184,7 +217,7 @@ class ModelRequest(Request):
     device: str = setting("auto", "cpu, cuda, cuda:1, ... (auto: cuda when there is one)", metavar="DEVICE")
     dtype: str = setting("auto", "weights dtype (auto: bfloat16 on GPU, float32 on CPU)", choices=DTYPES)
     device_map: str | None = setting(None, "spread a big model over the GPUs and CPU memory (accelerate); automatic when it does not fit one GPU", choices=("auto",))
-    max_memory: str | None = setting(None, "memory per device for --device-map, e.g. 0=20GiB,1=20GiB,cpu=64GiB", metavar="SPEC")
+    max_memory: str | None = setting(None, "memory per device for --device-map, e.g. 0=20GiB,1=20GiB,cpu=64GiB", metavar="SPEC", parse=parse_max_memory)
     trust_remote_code: bool = setting(False, "allow checkpoints of other families to run their own Python modeling code")
     mask_id: int | None = setting(None, "mask token id, for --trust-remote-code models whose files do not say", low=0, metavar="ID")
     shift_logits: bool | None = setting(None, "whether logits at i predict token i+1, when the files do not say")

@@ -229,7 +229,7 @@ def test_device_plan_never_splits_a_block(ckpt):
     assert all(k in ("embed", "norm", "output", "layers") or k.startswith("layers.") and k.count(".") == 1 for k in p.device_map)
     assert p.main_device == torch.device(f"cuda:{p.device_map['embed']}")  # the sampler runs where the embedding is
     assert "(offloaded, runs on the main GPU)" in p.describe()
-    with pytest.raises(UsageError, match="bad --max-memory"):
+    with pytest.raises(ValueError, match="bad entry 'gpu0=1GB'"):
         parse_max_memory("gpu0=1GB")
 
 

@@ -4,6 +4,7 @@ import shutil
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from checkpoints import write_tiny_sharpen
 from sharpen.core.errors import ModelError
@@ -60,8 +61,17 @@ def test_wrong_shapes_and_missing_tensors(tmp_path, tiny_model_dir):
     config = json.loads((broken / "config.json").read_text())
     config["n_layers"] = 3
     (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError, match="says 3 layers, but the weights hold 2"):  # refused before anything is built
+        load_denoiser(broken)
+    weights = broken / "model.safetensors"
+    state = load_file(weights)
+    del state[next(k for k in state if k.startswith("layers.1.") and k.endswith("wq.weight"))]
+    save_file(state, weights)
+    config["n_layers"] = 2
+    (broken / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelError, match="missing .* tensors"):
         load_denoiser(broken)
+    save_file(load_file(tiny_model_dir / "model.safetensors"), weights)
     config["n_layers"], config["ffn_hidden"] = 2, 64
     (broken / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelError, match="shape"):
