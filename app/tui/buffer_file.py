@@ -15,6 +15,7 @@ from ...core.errors import InputError
 from ...core.files import TextFile, check_writable, disk_change, read_text_file, save_text_file
 from ...core.newlines import newline_style
 from ...core.syntax import detect_language
+from .document import line_break, split_lines
 
 def language_for(path: Path | None, text: str, available: set[str]) -> str | None:
     """The highlighting language: core.syntax's one detection (the file name through pygments,
@@ -24,15 +25,10 @@ def language_for(path: Path | None, text: str, available: set[str]) -> str | Non
 
 
 def split_endings(text: str) -> tuple[list[str], list[str]]:
-    """Lines exactly as textual's Document splits them, and the break after each ('' after the last)."""
-    contents, endings = [], []
-    for line in text.splitlines(keepends=True):
-        body = line.splitlines()[0]
-        contents.append(body)
-        endings.append(line[len(body):])
-    if not text or text.endswith(("\r\n", "\n", "\r")):
-        contents.append("")  # the Document keeps an empty last line after a final line break
-        endings.append("")
+    """Lines exactly as the editor's document splits them (app/tui/document.py: only \\r\\n,
+    \\r and \\n break a line), and the break after each ('' after the last)."""
+    contents = split_lines(text)
+    endings = [m.group() for m in line_break(text).finditer(text)] + [""]
     return contents, endings
 
 

@@ -14,8 +14,13 @@ from textual.reactive import reactive
 from textual.widgets import TextArea
 from textual.widgets.text_area import Selection
 
+from textual.document._document_navigator import DocumentNavigator
+from textual.document._syntax_aware_document import SyntaxAwareDocument
+from textual.document._wrapped_document import WrappedDocument
+
 from ...core.changes import ChangeSet
 from .buffer_file import BufferFile
+from .document import StrictDocument, StrictSyntaxDocument
 
 
 def indent_type_of(text: str) -> str:
@@ -63,6 +68,19 @@ class EditorArea(TextArea):
         self.after_change: Callable[[ChangeSet], None] | None = None
         self.follows: Callable[[], bool] = lambda: False
         self.yield_tab = False  # while a run or preview is up, Tab means Accept (an app binding)
+
+    def _set_document(self, text: str, language: str | None) -> None:
+        # Textual builds its own document; the editor's only splits lines at real line breaks.
+        super()._set_document(text, language)
+        if isinstance(self.document, SyntaxAwareDocument):
+            document = StrictSyntaxDocument(text, self.document.language)
+        else:
+            document = StrictDocument(text)
+        self.document = document
+        self.wrapped_document = WrappedDocument(document, tab_width=self.indent_width)
+        self.navigator = DocumentNavigator(self.wrapped_document)
+        self._build_highlight_map()
+        self.move_cursor((0, 0))
 
     # -- text and offsets ---------------------------------------------------------------
 

@@ -1,0 +1,62 @@
+"""The editor's documents: Textual's, with only real line breaks splitting lines.
+
+Textual's Document splits text with `str.splitlines()`, which also breaks at U+2028, U+2029,
+NEL, form feed, VT and FS/GS/RS. An edited line holding one of them was saved with `\\n` in
+its place: `x = "a\\u2028b"` plus one typed character became a broken string. Here only
+`\\n` and `\\r\\n` are line breaks, and `\\r` only in a file whose line ending it is (no `\\n`
+anywhere), as in the headless path: the other characters, a lone CR in an LF or CRLF file
+included, stay in their line as text.
+"""
+from __future__ import annotations
+
+import re
+
+from textual.document._document import Document, EditResult, Location
+from textual.document._syntax_aware_document import SyntaxAwareDocument
+
+LINE_BREAK = re.compile(r"\r\n|\n")
+CR_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # a file with CR line endings (classic Mac)
+
+
+def line_break(text: str, cr_file: bool | None = None) -> re.Pattern:
+    """The breaks of `text`; `cr_file` None decides from the text itself (CR, and no LF)."""
+    if cr_file is None:
+        cr_file = "\r" in text and "\n" not in text
+    return CR_LINE_BREAK if cr_file else LINE_BREAK
+
+
+def split_lines(text: str, cr_file: bool | None = None) -> list[str]:
+    """Lines without their breaks; a text ending in a break (or empty) ends in an empty line,
+    as Textual's Document keeps it."""
+    return line_break(text, cr_file).split(text)
+
+
+class StrictDocument(Document):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self._lines = split_lines(text)
+
+    @property
+    def _cr_file(self) -> bool:
+        return self.newline == "\r"
+
+    def replace_range(self, start: Location, end: Location, text: str) -> EditResult:
+        # Textual's own replace_range, with split_lines for str.splitlines.
+        top, bottom = sorted((start, end))
+        top_row, top_column = top
+        bottom_row, bottom_column = bottom
+        insert_lines = split_lines(text, self._cr_file)
+        lines = self._lines
+        replaced_text = self.get_text_range(top, bottom)
+        after_selection = lines[bottom_row][bottom_column:] if bottom_row < len(lines) else ""
+        before_selection = lines[top_row][:top_column] if top_row < len(lines) else ""
+        insert_lines[0] = before_selection + insert_lines[0]
+        destination_column = len(insert_lines[-1])
+        insert_lines[-1] = insert_lines[-1] + after_selection
+        lines[top_row:bottom_row + 1] = insert_lines
+        return EditResult((top_row + len(insert_lines) - 1, destination_column), replaced_text)
+
+
+class StrictSyntaxDocument(SyntaxAwareDocument, StrictDocument):
+    """SyntaxAwareDocument's tree-sitter bookkeeping over StrictDocument's lines (by the MRO,
+    its super().replace_range is StrictDocument's)."""
