@@ -29,8 +29,40 @@ from ..core.files import TextFile, atomic_write
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the JSON layout changes; other versions are skipped, not misread
+FORMAT = 2  # bump when the JSON layout changes; unknown versions are skipped, not misread
 SUFFIX = ".recovery.json"
+
+
+def _start_ticks(pid: int) -> str:
+    """When process `pid` started (Linux: /proc/PID/stat field 22), so a reused pid is not mistaken
+    for the editor that wrote an entry; "" where the system does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat_file:
+            return stat_file.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def new_session() -> str:
+    """This editor start's identity: its pid and start time. No two starts share one, so no start
+    ever reuses (and overwrites) another's recovery entries."""
+    return f"{os.getpid()}-{_start_ticks(os.getpid())}-{time.time_ns()}"
+
+
+def session_alive(session: str) -> bool:
+    """Whether the editor start that owns `session` is still running."""
+    try:
+        pid_text, ticks, _ = session.split("-", 2)
+        pid = int(pid_text)
+    except ValueError:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, another user's
+    return not ticks or _start_ticks(pid) in ("", ticks)
 
 
 def default_recovery_dir() -> Path:
@@ -57,14 +89,21 @@ def recovery_key(path: str | Path) -> str:
 
 @dataclass(frozen=True)
 class RecoveryEntry:
-    path: Path  # the file the buffer belongs to (absolute)
-    text: str  # the unsaved buffer text, BOM lifted off, newlines exact
+    path: Path  # the file the buffer belongs to (absolute); for an untitled buffer, a name in the working directory
+    text: str | None  # the unsaved buffer text, BOM lifted off, newlines exact; None: open, nothing unsaved
     bom: bool  # the file's BOM, to write back on restore
     saved_at: float  # time.time() of the recovery write
     original_mtime_ns: int | None  # the file on disk when the buffer was opened (None: new file)
     original_size: int | None
     original_digest: str | None
     file: Path | None = None  # the recovery file itself
+    session: str = ""  # the editor start that wrote it (new_session); "" for the older format
+    untitled: bool = False  # the buffer had no file
+
+    @property
+    def pid(self) -> int | None:
+        head = self.session.split("-", 1)[0]
+        return int(head) if head.isdigit() else None
 
 
 def encode_entry(entry: RecoveryEntry) -> bytes:
@@ -77,6 +116,8 @@ def encode_entry(entry: RecoveryEntry) -> bytes:
         "original_size": entry.original_size,
         "original_digest": entry.original_digest,
         "text": entry.text,
+        "session": entry.session,
+        "untitled": entry.untitled,
     }
     # ensure_ascii: even a lone surrogate typed into a buffer survives as a \\udXXX escape.
     return json.dumps(payload, ensure_ascii=True).encode("ascii")
@@ -85,9 +126,10 @@ def encode_entry(entry: RecoveryEntry) -> bytes:
 def decode_entry(data: bytes, file: Path | None = None) -> RecoveryEntry:
     """Recovery bytes -> entry; anything malformed is a ValueError."""
     payload = json.loads(data.decode("ascii"))
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+    if not isinstance(payload, dict) or payload.get("format") not in (1, FORMAT):
         raise ValueError("not a sharpen recovery file of a known format")
-    if not isinstance(payload.get("text"), str) or not isinstance(payload.get("path"), str):
+    text = payload.get("text")
+    if not (isinstance(text, str) or (text is None and payload.get("format") == FORMAT)) or not isinstance(payload.get("path"), str):
         raise ValueError("recovery file without text or path")
     try:
         return RecoveryEntry(
@@ -99,6 +141,8 @@ def decode_entry(data: bytes, file: Path | None = None) -> RecoveryEntry:
             original_size=_optional_int(payload.get("original_size")),
             original_digest=payload.get("original_digest") if isinstance(payload.get("original_digest"), str) else None,
             file=file,
+            session=payload.get("session") if isinstance(payload.get("session"), str) else "",
+            untitled=bool(payload.get("untitled", False)),
         )
     except (TypeError, OverflowError) as exc:
         raise ValueError(f"malformed recovery file: {exc}") from None
@@ -125,23 +169,40 @@ def changed_since_recorded(entry: RecoveryEntry, current: TextFile | None) -> bo
 
 
 class RecoveryStore:
-    """The recovery directory: save, load, list and discard entries keyed by file path."""
+    """The recovery directory: this editor start's entries (one per buffer path and session),
+    and what other starts left behind.
 
-    def __init__(self, directory: str | Path | None = None) -> None:
+    Entries are keyed by the session (new_session) and the path, so two editors on one file,
+    or a new start's untitled buffer, never write over another start's entry.
+    """
+
+    def __init__(self, directory: str | Path | None = None, session: str | None = None) -> None:
         self.directory = Path(directory) if directory is not None else default_recovery_dir()
+        self.session = session or new_session()
         self._last: dict[str, str] = {}  # key -> digest of the last text written (skip repeats)
 
-    def file_for(self, path: str | Path) -> Path:
-        return self.directory / f"{recovery_key(path)}{SUFFIX}"
+    def _key(self, path: str | Path) -> str:
+        return recovery_key(f"{self.session}\0{absolute(path)}")
 
-    def save(self, path: str | Path, text: str, bom: bool = False, original: TextFile | None = None) -> Path | None:
+    def file_for(self, path: str | Path) -> Path:
+        return self.directory / f"{self._key(path)}{SUFFIX}"
+
+    def claim(self, path: str | Path, original: TextFile | None = None) -> None:
+        """Mark `path` as open in this editor (an entry without text), so another editor opening
+        it can say so, as Vim's swap file does. Nothing to recover from it after a crash."""
+        self._write(path, None, False, original, untitled=False)
+
+    def save(self, path: str | Path, text: str, bom: bool = False, original: TextFile | None = None, untitled: bool = False) -> Path | None:
         """Write `text` as the recovery for `path` (atomically); skipped if unchanged since the last save.
 
         `original` is the TextFile the buffer was opened from (None for a new file).
         Returns the recovery file, or None when the write was skipped. Errors are InputError.
         """
-        key = recovery_key(path)
-        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        return self._write(path, text, bom, original, untitled)
+
+    def _write(self, path, text: str | None, bom: bool, original: TextFile | None, untitled: bool) -> Path | None:
+        key = self._key(path)
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest() if text is not None else "open"
         target = self.directory / f"{key}{SUFFIX}"
         if self._last.get(key) == digest and target.exists():
             return None
@@ -153,6 +214,8 @@ class RecoveryStore:
             original_mtime_ns=original.mtime_ns if original else None,
             original_size=original.size if original else None,
             original_digest=(original.digest or None) if original else None,
+            session=self.session,
+            untitled=untitled,
         )
         try:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -164,17 +227,48 @@ class RecoveryStore:
         return target
 
     def load(self, path: str | Path) -> RecoveryEntry | None:
-        """The recovery entry for `path`, or None (also for an unreadable one, which is logged)."""
+        """This session's entry for `path`, or None (also for an unreadable one, which is logged)."""
         return self._read(self.file_for(path))
 
     def discard(self, path: str | Path) -> bool:
-        """Remove the recovery for `path` (after a save, or when the user declines); True if one existed."""
-        self._last.pop(recovery_key(path), None)
+        """Remove this session's entry for `path` (after a save, or when the user declines); True if one existed."""
+        self._last.pop(self._key(path), None)
         try:
             self.file_for(path).unlink()
             return True
         except FileNotFoundError:
             return False
+
+    def discard_entry(self, entry: RecoveryEntry) -> None:
+        """Remove an entry another start left (restored, or declined by the user)."""
+        if entry.file is not None:
+            try:
+                entry.file.unlink()
+            except FileNotFoundError:
+                pass
+
+    def entries_for(self, path: str | Path) -> list[RecoveryEntry]:
+        """Every start's entries for `path`, newest first."""
+        target = absolute(path)
+        return [e for e in self.entries() if e.path == target]
+
+    def orphans(self) -> list[RecoveryEntry]:
+        """Unsaved work of editor starts that are no longer running (crashed, killed), newest
+        first; their "open" markers, which hold nothing to recover, are cleared on the way."""
+        found = []
+        for entry in self.entries():
+            if entry.session == self.session or session_alive(entry.session):
+                continue
+            if entry.text is None:
+                self.discard_entry(entry)
+            else:
+                found.append(entry)
+        return found
+
+    def open_elsewhere(self, path: str | Path) -> list[RecoveryEntry]:
+        """Entries for `path` of other editor starts that are running now."""
+        target = absolute(path)
+        return [e for e in self.entries() if e.path == target and e.session != self.session and session_alive(e.session)]
 
     def entries(self) -> list[RecoveryEntry]:
         """Every readable entry, newest first."""

@@ -112,7 +112,7 @@ def byte_level_bpe_from_files(path: Path) -> _HFTokenizer:
     then every added token (tokenizer_config.json's added_tokens_decoder, added_tokens.json)
     at exactly its declared id, special or not as declared.
     """
-    from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers
 
     tok_cfg = _json(path / "tokenizer_config.json")
     cls_name = tok_cfg.get("tokenizer_class") or "Qwen2Tokenizer"

@@ -16,6 +16,12 @@ from sharpen.app.tui.confirm_screen import ConfirmScreen
 from sharpen.core.files import read_text_file
 
 SIZE = (110, 32)
+CRASHED = "2147483646-1-1"  # the session of an editor start that is no longer running
+
+
+def unsaved(store, path):
+    """The newest entry with unsaved text for `path`, whichever start wrote it (None when none)."""
+    return next((e for e in store.entries_for(path) if e.text is not None), None)
 
 
 @pytest.fixture(autouse=True)
@@ -108,28 +114,28 @@ async def test_unsaved_buffers_are_written_to_recovery_and_dropped_after_a_save(
     async with app.run_test(size=SIZE) as pilot:
         editor = app.active_pane().editor
         await pilot.press("z", "z")
-        await wait_for(pilot, lambda: store.load(example) is not None)
-        entry = store.load(example)
+        await wait_for(pilot, lambda: unsaved(store, example) is not None)
+        entry = unsaved(store, example)
         assert entry.text.startswith("zz\"\"\"FizzBuzz") and entry.original_digest == read_text_file(example).digest
         assert (os.stat(entry.file).st_mode & 0o777) == 0o600
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: not editor.unsaved)
-        assert store.load(example) is None
+        assert unsaved(store, example) is None
     # An unhandled exception writes the unsaved buffer before the app ends (no timer involved).
     app = make_app([example])
     app.recovery_interval = 3600
     with pytest.raises(RuntimeError, match="boom"):  # run_test re-raises the crash when the app ends
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("q")
-            assert store.load(example) is None
+            assert unsaved(store, example) is None
             app._handle_exception(RuntimeError("boom"))
             await pilot.pause()
-    assert store.load(example).text.startswith("qzz")
+    assert unsaved(store, example).text.startswith("qzz")
 
 
 async def test_opening_a_file_with_recovery_offers_restore_with_one_undo_step(example, recovery_dir):
     disk = example.read_text()
-    RecoveryStore(recovery_dir).save(example, "recovered = 1\n" + disk, original=read_text_file(example))
+    RecoveryStore(recovery_dir, session=CRASHED).save(example, "recovered = 1\n" + disk, original=read_text_file(example))
     app = make_app([example])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
@@ -143,16 +149,16 @@ async def test_opening_a_file_with_recovery_offers_restore_with_one_undo_step(ex
         await pilot.press("ctrl+y")
         assert editor.buffer_text.startswith("recovered = 1")
     # Declining drops the entry; a clean quit leaves nothing behind.
-    RecoveryStore(recovery_dir).save(example, "other\n", original=read_text_file(example))
+    RecoveryStore(recovery_dir, session=CRASHED).save(example, "other\n", original=read_text_file(example))
     app = make_app([example])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.click("#discard")
         await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
         assert app.active_pane().editor.buffer_text == disk.replace("\r\n", "\n")
-        assert RecoveryStore(recovery_dir).load(example) is None
+        assert unsaved(RecoveryStore(recovery_dir), example) is None
     # Nothing to offer when the entry equals the file.
-    RecoveryStore(recovery_dir).save(example, disk, original=read_text_file(example))
+    RecoveryStore(recovery_dir, session=CRASHED).save(example, disk, original=read_text_file(example))
     app = make_app([example])
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.1)

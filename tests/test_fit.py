@@ -4,7 +4,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
 import torch
 
 from sharpen.core import memory_fit

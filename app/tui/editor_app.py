@@ -30,6 +30,7 @@ from .help_screen import HelpScreen
 from .messages import ModelFailed, ModelLoaded
 from .model_runner import load_model
 from .prompt_screen import PromptScreen
+from ..recovery import absolute
 from .recovery_actions import RecoveryKeeper
 from .session import Session
 from .status_bar import StatusBar
@@ -108,9 +109,14 @@ class SharpenApp(App):
                 buffers.append(BufferFile.open(path))
             except SharpenError as exc:  # binary, not UTF-8, a directory...: say so, open the rest
                 self.notify(str(exc), title="Cannot open", severity="error")
-        for buffer in buffers or [BufferFile(None)]:
+        unique = {}
+        for buffer in buffers:  # a file named twice opens once: two buffers on one file would lose work
+            unique.setdefault(absolute(buffer.path), buffer)
+        for buffer in list(unique.values()) or [BufferFile(None)]:
             await self.add_buffer(buffer, activate=False)  # the first file named stays the one shown
         self.panes()[0].editor.focus()
+        # Crashed editors' work on no file opened now (untitled buffers, other files): one list to restore.
+        self.recovery.offer_the_rest(set(unique))
         self.status.strength = self.session.strength
         unknown = sorted(set(self.config.keymap) - {b.id for b in ALL_BINDINGS})
         if unknown:
@@ -125,7 +131,9 @@ class SharpenApp(App):
     def status(self) -> StatusBar:
         return self.query_one(StatusBar)
 
-    async def add_buffer(self, buffer: BufferFile, activate: bool = True) -> EditorPane:
+    async def add_buffer(self, buffer: BufferFile, activate: bool = True, offer: bool = True) -> EditorPane:
+        """A new tab for `buffer`; `offer`: mark its file as open here, warn if another editor has
+        it, and offer a crashed editor's unsaved changes to it."""
         self._buffer_ids += 1
         pane = EditorPane(buffer, self.session, soft_wrap=self.config.editor.soft_wrap, id=f"buffer-{self._buffer_ids}")
         tabs = self.query_one(TabbedContent)
@@ -137,7 +145,8 @@ class SharpenApp(App):
             tabs.active = f"tab-{self._buffer_ids}"
             pane.editor.focus()
         self.update_status()
-        self.recovery.offer_recovery(pane)  # unsaved changes from an earlier session: Restore / Discard
+        if offer:
+            self.recovery.opened(pane)
         return pane
 
     def panes(self) -> list[EditorPane]:
@@ -218,6 +227,12 @@ class SharpenApp(App):
         self.push_screen(PromptScreen("Open file:", placeholder="path/to/file"), chosen)
 
     def open_path(self, path: Path) -> None:
+        open_here = next((p for p in self.panes() if p.editor.buffer.path is not None and absolute(p.editor.buffer.path) == absolute(path)), None)
+        if open_here is not None:  # one buffer per file: two would each save over the other's work
+            self.query_one(TabbedContent).active = open_here.id.replace("buffer-", "tab-")
+            open_here.editor.focus()
+            self.notify(f"{open_here.editor.buffer.name} is already open: switched to its tab", timeout=3)
+            return
         try:
             buffer = BufferFile.open(path)
         except SharpenError as exc:
@@ -295,6 +310,7 @@ class SharpenApp(App):
         if isinstance(pane, EditorPane):
             self.refresh_tab_label(pane)
             self.update_status()
+            self.recovery.typed()
 
     def on_text_area_selection_changed(self, event: TextArea.SelectionChanged) -> None:
         self.update_status()
@@ -307,7 +323,7 @@ class SharpenApp(App):
         row, column = editor.selection.end
         status.file_name, status.dirty = editor.buffer.name, editor.dirty
         status.position, status.language = f"Ln {row + 1}, Col {column + 1}", editor.language or ""
-        status.marks, status.notice = editor.mark_count, pane.notice
+        status.marks, status.notice = editor.mark_count, " · ".join(n for n in (pane.disk_notice, pane.notice) if n)
         status.show_strength = not editor.selection.is_empty
         status.strength = self.session.strength
         stats = pane.edit_run.stats if pane.edit_run is not None else None

@@ -124,6 +124,7 @@ class EditorPane(Container):
         self._pending_frame: EditProgress | None = None
         self._frames_shown = 0  # of the current run: the first one loads the whole preview text
         self.notice = ""  # one line about the last run for the status bar
+        self.disk_notice = ""  # the file changed on disk (RecoveryKeeper.watch_files)
         # Expand selection's history: (selection before, selection after) per expansion.
         self.selection_stack: list[tuple[tuple[int, int], tuple[int, int]]] = []
 
@@ -143,6 +144,16 @@ class EditorPane(Container):
         # Thread workers cannot be killed, and Python waits for them at exit: stop the run
         # between two steps so quitting during a long run does not wait for its end.
         self._stop_run()
+
+    def reload(self, buffer: BufferFile) -> None:
+        """Show `buffer` (the file read again from disk) in place of the current, clean text."""
+        editor = self.editor
+        editor.buffer = buffer
+        cursor = editor.selection.end
+        editor.load_text(buffer.original)
+        editor.mark_saved()
+        row = min(cursor[0], editor.document.line_count - 1)
+        editor.move_cursor((row, min(cursor[1], len(editor.document.lines[row]))))
 
     def notify(self, message: str, *, markup: bool = False, **kwargs) -> None:
         # Messages carry paths and model errors: brackets in them are text, not Textual markup.
