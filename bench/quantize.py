@@ -81,7 +81,7 @@ def rows_for_shape(shape: str, args) -> list[dict]:
         seconds, steps = timed(run, device, args.repeats)
         rows.append({"shape": shape, "precision": precision, "weights MiB": weight_bytes(den.model) / 2**20,
                      "max |dlogit|": worst, "top-1 agree": top1, "KL": kl, "tokens/s": args.span / seconds, "steps": steps})
-        del den
+
     return rows
 
 
