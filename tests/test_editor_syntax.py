@@ -36,7 +36,7 @@ def test_syntax_keys_are_bound_once_and_listed():
     # No key that terminals or tmux mangle (Alt+F/Alt+B are word motion, Alt+punctuation is ESC+char).
     for binding in ALL_BINDINGS:
         if binding.id in ("expand-selection", "shrink-selection", "fill-body"):
-            assert binding.key in ("alt+e", "alt+d", "alt+l")
+            assert binding.key in ("alt+e", "alt+d", "alt+l,f8")
 
 
 def test_buffer_commands_are_bound_on_the_pane_and_global_ones_on_the_app():

@@ -73,14 +73,16 @@ class EditorPane(Container):
     # ctrl+space, and no Alt+punctuation (Textual reads ESC = as "≠" and ESC . as "."; ESC f is
     # ctrl+right). Each binding has an id: the config's [keymap] rebinds by id (docs/editor.md).
     BINDINGS = [
-        Binding("alt+i", "infill", "Infill", id="infill", tooltip="Infill the selection, or fill at the cursor"),
-        Binding("alt+r", "rewrite", "Rewrite", id="rewrite"),
-        Binding("alt+m", "mark_region", "Mark", id="mark-region"),
-        Binding("alt+a", "fill_marked", "Fill marked", id="fill-marked"),  # not alt+f: terminals send it as ctrl+right
+        # Each model command also has an F-key: complete escape sequences, so a held or repeated
+        # key never reaches the buffer (Alt chords need EditorArea's guard: docs/textual-upstream-keys.md).
+        Binding("alt+i,f2", "infill", "Infill", id="infill", tooltip="Infill the selection, or fill at the cursor"),
+        Binding("alt+r,f4", "rewrite", "Rewrite", id="rewrite"),
+        Binding("alt+m,f6", "mark_region", "Mark", id="mark-region"),
+        Binding("alt+a,f7", "fill_marked", "Fill marked", id="fill-marked"),  # not alt+f: terminals send it as ctrl+right
         # Alt+E / Alt+D: E above D on the keyboard, grow / shrink. Alt+L: fiLL body.
         Binding("alt+e", "expand_selection", "Expand", id="expand-selection", show=False),
         Binding("alt+d", "shrink_selection", "Shrink", id="shrink-selection", show=False),
-        Binding("alt+l", "fill_body", "Fill body", id="fill-body", show=False),
+        Binding("alt+l,f8", "fill_body", "Fill body", id="fill-body", show=False),
         Binding("alt+c", "clear_marks", "Clear marks", id="clear-marks", show=False),
         # Priority: while a run or preview is up these are the preview's, before the TextArea's own.
         Binding("tab", "accept", "Accept", id="accept", priority=True),
