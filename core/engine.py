@@ -106,10 +106,46 @@ def run_edit(
         raise UsageError(f"unknown length policy {length!r}; known: {', '.join(LENGTHS)}")
     ordered = validate_spans(text, spans)
     check_instructions(denoiser, ordered)
+    blanks = [leading_blank(text, s, ordered[i - 1].end if i else 0) for i, s in enumerate(ordered)]
     if length == "adaptive":
-        yield from _adaptive_runs(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules)
-        return
-    yield from run_once(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules)
+        updates = _adaptive_runs(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules)
+    else:
+        updates = run_once(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules)
+    for update in updates:
+        if update.result is not None and any(blanks):
+            update = EditFrame(update.frame, narrowed(update.result, text, ordered, blanks))
+        yield update
+
+
+def leading_blank(text: str, span: Span, floor: int) -> int:
+    """How many spaces and tabs stand right before `span` (on its line, after `floor`).
+
+    BPE tokenizers glue a space to the word after it (" return"), so a model writing after a
+    prefix that ends in blanks writes a blank of its own again: `     return` with five spaces,
+    `if  x`. When the prefix ends in blanks, the span's text starts at its first non-blank
+    character (`narrowed`); the blanks before the span stay exactly as they were.
+    """
+    n = 0
+    while span.start - n > floor and text[span.start - n - 1] in " \t":
+        n += 1
+    return n
+
+
+def narrowed(result: EditResult, text: str, ordered: list[Span], blanks: list[int]) -> EditResult:
+    """The result with each span's leading blanks dropped where the text before it ends in blanks
+    (leading_blank), its whole texts and candidates rebuilt over the spans as given."""
+    def own(piece: str, n: int) -> str:
+        return piece.lstrip(" \t") if n else piece
+
+    spans = tuple(replace(r, span=s, text=own(r.text, n), alternatives=tuple(own(a, n) for a in r.alternatives))
+                  for r, s, n in zip(result.spans, ordered, blanks))
+    samples = tuple(ChangeSet.of((r.span.start, r.span.end, r.alternatives[k] if r.alternatives else r.text) for r in spans).apply(text)
+                    for k in range(max(1, len(result.samples))))
+    candidates = []
+    for c in result.candidates:
+        texts = tuple(own(t, n) for t, n in zip(c.texts, blanks))
+        candidates.append(replace(c, texts=texts, text=ChangeSet.of((s.start, s.end, t) for s, t in zip(ordered, texts)).apply(text)))
+    return replace(result, spans=spans, text=samples[0], samples=samples, candidates=tuple(candidates))
 
 
 def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: Sampling, context_tokens: int,

@@ -60,3 +60,26 @@ def test_crlf_documents_get_crlf_infills(tiny_denoiser):
     result = apply_edit(tiny_denoiser, text, [Span(7, 12, max_tokens=12)], Sampling(temperature=2.0, seed=3))
     body = result.spans[0].text
     assert "\n" not in body.replace("\r\n", "")
+
+
+def test_a_span_after_blanks_does_not_repeat_them(tiny_denoiser):
+    """A prefix ending in blanks: the model writes its own leading blank (BPE glues it to the
+    word), which came out as `     return` or `if  x`. The blanks before the span stay exactly
+    as they were, and the span's text starts at the word."""
+    from sharpen.core.engine import leading_blank, narrowed
+
+    text = "def f(n):\n    return str(n)\nx = 1\n"
+    span = Span(text.index("return"), text.index("return") + len("return str(n)"), mode="rewrite", strength=1.0)
+    assert leading_blank(text, span, 0) == 4 and leading_blank(text, Span(0, 3), 0) == 0
+    result = apply_edit(tiny_denoiser, text, [span], Sampling(steps=4, samples=2, temperature=1.0, seed=1))
+    for alternative in result.spans[0].alternatives:
+        assert not alternative.startswith((" ", "\t"))
+    for whole in result.samples:
+        assert whole.startswith("def f(n):\n    ") and not whole.startswith("def f(n):\n     ") and whole.endswith("\nx = 1\n")
+    # narrowed on a made-up result: the widened text's blanks are dropped, the outside kept.
+    from sharpen.core.engine import EditResult, SpanResult
+
+    fake = EditResult(text, (SpanResult(span, " return 1", 2, (" return 1", "\treturn 2")),), 1, 0.0, (text, text))
+    back = narrowed(fake, text, [span], [4])
+    assert back.spans[0].span == span and back.spans[0].alternatives == ("return 1", "return 2")
+    assert back.samples == ("def f(n):\n    return 1\nx = 1\n", "def f(n):\n    return 2\nx = 1\n")
