@@ -8,6 +8,7 @@ accelerate and the plan is printed on stderr.
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import replace
@@ -87,15 +88,30 @@ def placement_for(request: ModelRequest, cfg, dtype, device: str):
     return placement.plan(cfg, dtype, max_memory)
 
 
-def load_model(request: ModelRequest = ModelRequest(), quiet: bool = False):
+SMALL_MODEL = 50_000_000  # parameters: below this a CPU step is too small for threads to pay (bench/threads.py)
+
+
+def cpu_threads(request: ModelRequest, parameters: int, editor: bool) -> int:
+    """How many torch threads a run uses on the CPU: the request's, else the measured default."""
+    if request.threads is not None:
+        return request.threads
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if parameters < SMALL_MODEL:
+        return 1
+    return max(1, cores - 1) if editor else cores
+
+
+def load_model(request: ModelRequest = ModelRequest(), quiet: bool = False, editor: bool = False):
     """The denoiser the request asks for (a Denoiser, or a RemoteDenoiser on opt-in).
 
-    `quiet`: no device plan on stderr (the editor's screen would be drawn over).
+    `quiet`: no device plan on stderr (the editor's screen would be drawn over). `editor`: the
+    run shares the machine with the editor's UI (one core is left to it).
     """
     import torch
 
     from ..core import families
     from ..core.loading import embedded_model_path, load_denoiser, model_config, read_config
+    from ..core.memory_fit import parameter_split
     from ..core.quantize import check_quantization
 
     device = resolve_device(request.device)
@@ -113,6 +129,7 @@ def load_model(request: ModelRequest = ModelRequest(), quiet: bool = False):
     try:
         if native:
             _, cfg = model_config(path or embedded_model_path(), config)
+            torch.set_num_threads(cpu_threads(request, sum(parameter_split(cfg)), editor))
             if request.quantize is not None:
                 check_quantization(request.quantize, torch.device(device))
             if not request.force_load:

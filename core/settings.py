@@ -224,6 +224,10 @@ class ModelRequest(Request):
     compile: str = setting("off", "torch.compile the model; reduce-overhead records CUDA graphs (GPU). Each new shape compiles once", choices=COMPILE_MODES)
     # torchao weight-only (core/quantize.py): an 8B model in about 8 GiB (int8) or 5 GiB (int4, CUDA only).
     quantize: str | None = setting(None, "weight-only quantization through torchao: int8 (CPU or GPU) or int4 (CUDA)", choices=("int8", "int4"))
+    # Unset: 1 thread for small models (below SMALL_MODEL parameters), where torch's per-op
+    # thread start-up costs more than it saves and fights anything else on the cores (measured:
+    # bench/threads.py); all cores for big ones, one left to the UI in the editor.
+    threads: int | None = setting(None, "torch CPU threads (default: 1 for small models, every core for big ones; the editor leaves one to the UI)", low=1, high=1024, metavar="N")
     # The fit check (core/memory_fit.py) refuses a load that cannot fit this machine.
     force_load: bool = setting(False, "load even when the fit check says the model does not fit this machine")
 

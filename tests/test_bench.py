@@ -96,3 +96,24 @@ def test_quantize_bench_prints_a_row_per_precision(capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
     assert [r.split("|")[2].strip() for r in rows] == ["float32", "bfloat16", "int8"]
     assert rows[0].split("|")[4].strip() == "0.0000"  # float32 against itself
+
+
+def test_threads_bench_prints_a_row_per_thread_count(capsys):
+    import threads
+
+    assert threads.main(["--shapes", "embedded", "--repeats", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| embedded")]
+    assert [r.split("|")[2].strip() for r in rows][0] == "1" and len(rows) >= 1
+
+
+def test_cpu_threads_default_follows_model_size_and_front_end():
+    from sharpen.app.model_choice import SMALL_MODEL, cpu_threads
+    from sharpen.core.settings import ModelRequest
+
+    assert cpu_threads(ModelRequest(), SMALL_MODEL - 1, editor=False) == 1
+    assert cpu_threads(ModelRequest(threads=3), 10, editor=True) == 3
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    assert cpu_threads(ModelRequest(), SMALL_MODEL * 10, editor=False) == cores
+    assert cpu_threads(ModelRequest(), SMALL_MODEL * 10, editor=True) == max(1, cores - 1)

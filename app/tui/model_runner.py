@@ -30,7 +30,7 @@ def load_model(request: ModelRequest, post: Callable) -> None:
     try:
         from ..model_choice import load_model as load
 
-        denoiser = load(request, quiet=True)  # a device plan printed on stderr would land on top of the screen
+        denoiser = load(request, quiet=True, editor=True)  # a device plan printed on stderr would land on top of the screen
     except SharpenError as exc:
         post(ModelFailed(str(exc)))
         return
