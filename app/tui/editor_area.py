@@ -22,6 +22,7 @@ from textual.document._wrapped_document import WrappedDocument
 from ...core.changes import ChangeSet
 from .buffer_file import BufferFile
 from .document import StrictDocument, StrictSyntaxDocument
+from .indent import dedent_to, newline_indent
 
 
 def indent_type_of(text: str) -> str:
@@ -145,6 +146,23 @@ class EditorArea(TextArea):
             event.stop()
             self._held_caret = time.monotonic()
             self.set_timer(2 * self.CHORD_GAP, self._release_caret)
+        elif event.key == "enter" and not self.read_only:
+            # Auto-indent (app/tui/indent.py): one edit, so one undo step.
+            event.prevent_default()
+            event.stop()
+            row, column = self.selection.start if self.selection.start <= self.selection.end else self.selection.end
+            unit = "\t" if self.indent_type == "tabs" else " " * self.indent_width
+            indent = newline_indent(self.document.lines[row][:column], self.language, unit)
+            self._replace_via_keyboard("\n" + indent, *self.selection)
+
+    def action_delete_left(self) -> None:
+        """Backspace: in a line's leading spaces, back one indent level; elsewhere one character."""
+        row, column = self.selection.end
+        line = self.document.lines[row] if row < len(self.document.lines) else ""
+        if self.selection.is_empty and column > 0 and self.indent_type == "spaces" and not line[:column].strip(" "):
+            self._delete_via_keyboard((row, dedent_to(column, self.indent_width)), (row, column))
+            return
+        super().action_delete_left()
 
     def _release_caret(self) -> None:
         """No letter followed the "^" within the gap: it was typed; insert it."""
