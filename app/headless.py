@@ -229,6 +229,10 @@ def _run(job: HeadlessJob, config: Config, denoiser) -> int:
     if job.in_place:
         check_writable(source.path)  # fail now, not after minutes of denoising
 
+    if denoiser is None:
+        from .model_choice import resolve_model_path
+
+        resolve_model_path(config.model.model)  # a missing --model says so before torch loads
     with _exit_at_once_on_stop():
         from ..core.engine import edit_options, run_edit  # torch loads here, after input and SPEC are known good
 

@@ -74,7 +74,8 @@ def parse_range(text_range: str, index: LineIndex, label: str | None = None) -> 
             raise SpanError(f"span {label}: end line is before start line")
         start, end = index.line_span(first, last, label)
     else:
-        raise SpanError(f"bad span {item!r}: expected L:C-L:C, L-L or L")
+        raise SpanError(f"bad span {item!r}: expected L:C-L:C, L-L, L, body@L, node@L:C, expr@L, stmt@L, block@L or func@L "
+                        "(a list: A,B; JSON edits: @FILE or -)")
     if end < start:
         raise SpanError(f"span {label}: end is before start")
     return start, end

@@ -55,6 +55,9 @@ _ALIASES = {
     "markdown": "markdown", "md": "markdown", "xml": "xml", "regex": "regex",
 }
 
+# Languages whose "body" is the paragraph: their grammar (Markdown's) has no function or block bodies.
+PROSE = frozenset({"markdown", "rst", "text", "plain"})
+
 # Node types by role, across the grammars above (the names tree-sitter grammars share).
 FUNCTION_TYPES = frozenset({
     "function_definition", "function_declaration", "function_expression", "function_item", "function",
@@ -314,8 +317,8 @@ def body_range(doc: SyntaxDoc, cursor: int) -> tuple[int, int] | None:
     lines from the first one's indentation to the end of the last (its line break stays).
     Brace languages mask the lines inside the braces. Plain text: the paragraph.
     """
-    if doc.tree is None:
-        return _paragraph(doc.text, cursor)
+    if doc.tree is None or doc.language in PROSE:
+        return _paragraph(doc.text, cursor)  # prose (Markdown, reST, plain text): the paragraph
     owners = [n for n in _ancestors(_covering(doc, cursor, cursor)) if _body_of(n) is not None]
     header = [n for n in owners if doc.offsets.to_char(_body_of(n).start_byte) > cursor]
     chosen = (header or [n for n in owners if is_function(n)] or owners or [None])[0]

@@ -137,3 +137,40 @@ async def test_a_burst_of_alt_chords_never_types_into_the_buffer(tmp_path):
         await pilot.pause(0.1)
         await pilot.press("i")
         assert editor.buffer_text == "hello^i\n"
+
+
+async def test_typing_over_a_finished_preview_keeps_the_text_and_types_at_the_cursor(tmp_path, tiny_denoiser):
+    from pilot import with_model
+
+    from sharpen.app.tui.editor_pane import IDLE, PREVIEW
+
+    path = tmp_path / "f.py"
+    path.write_text("def add(a, b):\n    return a + b\n")
+    app = make_app([path])
+    async with app.run_test(size=SIZE) as pilot:
+        await with_model(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        pane.editor.selection = ((1, 11), (1, 16))
+        await pilot.press("alt+i")
+        await wait_for(pilot, lambda: pane.phase == PREVIEW, timeout=60)
+        await pilot.press("x")
+        assert pane.phase == IDLE and pane.editor.buffer_text == "def add(a, b):\n    return a + bx\n"
+
+
+async def test_a_model_command_during_loading_is_queued_and_esc_cancels_it(tmp_path, tiny_denoiser):
+    from pilot import with_model
+
+    from sharpen.app.tui.editor_pane import IDLE
+
+    path = tmp_path / "f.py"
+    path.write_text("x = 1\n")
+    app = make_app([path])
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.active_pane()
+        await pilot.press("alt+i")
+        assert app.session.queued == (pane, "infill")
+        await pilot.press("escape")
+        assert app.session.queued is None
+        await pilot.press("alt+i")
+        await with_model(app, pilot, tiny_denoiser)
+        await wait_for(pilot, lambda: pane.phase != IDLE or pane.edit_run is not None, timeout=30)

@@ -380,3 +380,13 @@ def test_an_insertion_point_ladder_reaches_short_lines():
     assert ladder[0] <= 4 and ladder[-1] == 64
     assert all(b / a <= 1.5 for a, b in zip(ladder, ladder[1:]))
     assert plan_for_count(9).point_lengths == ladder
+
+
+def test_prose_fill_body_is_the_paragraph():
+    """Markdown has a grammar but no bodies: body@L and Fill body take the paragraph, as in plain text."""
+    from sharpen.core.syntax import body_range, parse_document
+
+    text = "# Title\n\nFirst paragraph,\nstill first.\n\nSecond one.\n"
+    doc = parse_document(text, path="notes.md")
+    start, end = body_range(doc, text.index("still"))
+    assert text[start:end].startswith("First paragraph,") and "Second" not in text[start:end]

@@ -23,7 +23,7 @@ from ...core.errors import SharpenError, UsageError
 from ..config import Config
 from . import file_actions
 from .buffer_file import BufferFile, language_for
-from .palette import PALETTE, PaletteProvider
+from .palette import PALETTE, PaletteProvider, key_label
 from .confirm_screen import ConfirmScreen
 from .editor_pane import IDLE, PREVIEW, RUNNING, EditorPane
 from .help_screen import HelpScreen
@@ -48,14 +48,6 @@ BINDINGS = [
     Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
 ]
 ALL_BINDINGS = [*EditorPane.BINDINGS, *BINDINGS]  # every binding id a keymap may name
-
-
-KEY_NAMES = {"escape": "Esc", "right_square_bracket": "]", "left_square_bracket": "[", "pageup": "PgUp", "pagedown": "PgDn"}
-
-
-def key_label(key: str) -> str:
-    """"alt+right_square_bracket" -> "Alt+]", "ctrl+s" -> "Ctrl+S": how people write keys."""
-    return "+".join(KEY_NAMES.get(part, part.upper() if len(part) == 1 else part.capitalize()) for part in key.split("+"))
 
 
 def rate_label(tokens_per_second: float) -> str:
@@ -201,6 +193,11 @@ class SharpenApp(App):
 
     def on_model_loaded(self, message: ModelLoaded) -> None:
         self.session.denoiser, self.session.model_error = message.denoiser, None
+        if self.session.queued is not None:  # a model command asked for while it loaded
+            pane, action = self.session.queued
+            self.session.queued = None
+            if pane.is_mounted:
+                self.call_later(getattr(pane, f"action_{action}"))
         spec = message.denoiser.spec
         self.status.model, self.status.model_failed, self.status.device = spec.name or spec.family, False, message.device
 
@@ -210,7 +207,7 @@ class SharpenApp(App):
         self.notify(message.error, title="Model unavailable; editing still works", severity="error", timeout=10)
 
     def action_help(self) -> None:
-        rows = [(self.keys_for(c.binding_id) if c.binding_id else c.fixed_keys, c.title, c.binding_id or "") for c in PALETTE]
+        rows = [(self.keys_for(c.binding_id) if c.binding_id else key_label(c.fixed_keys), c.title, c.binding_id or "") for c in PALETTE]
         rows += [("ctrl+p", "Command palette", ""), ("shift+arrows, mouse drag", "Select", ""), ("ctrl+x / ctrl+c / ctrl+v", "Cut / copy / paste", "")]
         from ..config import default_config_path
 
@@ -278,6 +275,13 @@ class SharpenApp(App):
         super()._handle_exception(error)
 
     # -- palette, keys, status ----------------------------------------------------------
+
+    def get_system_commands(self, screen):
+        # The palette lists sharpen's own Quit (which asks about unsaved work) and Keys (its
+        # keys as bound): Textual's entries of the same names would list them twice.
+        for command in super().get_system_commands(screen):
+            if command.title not in ("Quit", "Keys"):
+                yield command
 
     def notify(self, message: str, *, markup: bool = False, **kwargs) -> None:
         # Messages carry paths and model errors: brackets in them are text, not Textual markup.

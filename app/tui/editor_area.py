@@ -69,6 +69,8 @@ class EditorArea(TextArea):
         # change, as a ChangeSet, when `follows()` says they hold any (offsets cost per keystroke).
         self.after_change: Callable[[ChangeSet], None] | None = None
         self.follows: Callable[[], bool] = lambda: False
+        # Called before a typed character goes in: a finished preview steps aside first (the pane).
+        self.before_typing: Callable[[], None] | None = None
         self.yield_tab = False  # while a run or preview is up, Tab means Accept (an app binding)
 
     def _set_document(self, text: str, language: str | None) -> None:
@@ -132,6 +134,8 @@ class EditorArea(TextArea):
         if _is_command_key(event.key):
             event.prevent_default()
             return
+        if self.before_typing is not None and (event.is_printable or event.key == "enter"):
+            self.before_typing()
         held, self._held_caret = getattr(self, "_held_caret", None), None
         if held is not None:
             character = event.character or ""

@@ -138,6 +138,7 @@ class EditorPane(Container):
         self.editor.before_change = self._interrupt
         self.editor.after_change = self._follow_change
         self.editor.follows = lambda: bool(self.selection_stack)
+        self.editor.before_typing = self._typing_over_preview
         self.preview.scroll_target = self.editor
         self.watch(self.editor, "scroll_y", self._follow_scroll, init=False)
         self.watch(self.editor, "scroll_x", self._follow_scroll, init=False)
@@ -164,7 +165,7 @@ class EditorPane(Container):
     # -- commands on this buffer (bound above; the palette runs them too) ---------------
 
     def action_infill(self) -> None:
-        if self._ready():
+        if self._ready("infill"):
             start, end = self.editor.selected_offsets()
             budget = self.session.config.editing.infill_tokens if start == end else None  # a selection sizes its own slots
             self.start([Span(start, end, "infill", max_tokens=budget)])
@@ -174,7 +175,7 @@ class EditorPane(Container):
         if start == end:
             self.notify("select the text to rewrite first", severity="warning", timeout=3)
             return
-        if not self._ready():
+        if not self._ready("rewrite"):
             return
         strength = self.session.strength
         if not self.session.denoiser.spec.chat_template:
@@ -203,12 +204,12 @@ class EditorPane(Container):
     def action_fill_marked(self) -> None:
         if not self.editor.marks:
             self.notify(f"mark regions first ({self.app.keys_for('mark-region')} adds the selection)", severity="warning", timeout=3)
-        elif self._ready():
+        elif self._ready("fill_marked"):
             self.start([Span(s, e, "infill") for s, e in self.editor.marks])
 
     def action_fill_body(self) -> None:
         span = syntax_actions.body_at_cursor(self)
-        if span is None or not self._ready():
+        if span is None or not self._ready("fill_body"):
             return
         start, end = span
         self.selection_stack.clear()
@@ -237,7 +238,10 @@ class EditorPane(Container):
         self.cancel()
 
     def action_cancel_or_reject(self) -> None:
-        if self.phase == RUNNING:
+        if self.session.queued is not None and self.session.queued[0] is self:
+            self.session.queued = None
+            self.notify("cancelled: it will not run when the model is ready", timeout=2)
+        elif self.phase == RUNNING:
             self.cancel()
         elif self.phase == PREVIEW:
             self.reject()
@@ -286,8 +290,20 @@ class EditorPane(Container):
             return self.phase == PREVIEW and self.edit_run is not None and self.edit_run.alternatives > 1
         return True
 
-    def _ready(self) -> bool:
-        """Whether a new run may start on this buffer now; otherwise say why not."""
+    def _typing_over_preview(self) -> None:
+        """Typing while a finished preview shows: the preview goes, the text stays as it was, and
+        the character goes in at the cursor (not over the selection the run was made from)."""
+        if self.phase == PREVIEW:
+            self.reject()
+            self.editor.move_cursor(self.editor.selection.end)
+
+    def _ready(self, action: str | None = None) -> bool:
+        """Whether a new run may start on this buffer now; otherwise say why not. A command asked
+        for while the model still loads is queued and runs once it is loaded (Esc cancels)."""
+        if action is not None and self.session.denoiser is None and self.session.model_error is None:
+            self.session.queued = (self, action)
+            self.notify("the model is still loading: this runs as soon as it is ready (Esc cancels)", timeout=4)
+            return False
         why = self.session.unavailable()
         if why is None and any(p.phase == RUNNING for p in self.screen.query(EditorPane)):
             why = "an edit is already running (Esc cancels it)"

@@ -10,6 +10,14 @@ from dataclasses import dataclass
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 
+KEY_NAMES = {"escape": "Esc", "right_square_bracket": "]", "left_square_bracket": "[", "pageup": "PgUp", "pagedown": "PgDn"}
+
+
+def key_label(key: str) -> str:
+    """"alt+right_square_bracket" -> "Alt+]", "ctrl+s" -> "Ctrl+S": how people write keys."""
+    return "+".join(KEY_NAMES.get(part, part.upper() if len(part) == 1 else part.capitalize()) for part in key.split("+"))
+
+
 @dataclass(frozen=True)
 class Command:
     title: str  # what the palette shows and matches
@@ -56,7 +64,7 @@ class PaletteProvider(Provider):
 
     def _entries(self):
         for command in PALETTE:
-            keys = self.app.keys_for(command.binding_id) if command.binding_id else command.fixed_keys
+            keys = self.app.keys_for(command.binding_id) if command.binding_id else key_label(command.fixed_keys)
             help_text = f"{command.help}  [{keys}]" if keys else command.help
             yield command, help_text
 

@@ -19,6 +19,7 @@ class Session:
     model_error: str | None = None  # why loading failed; the editor works on without a model
     strength: float = 0.5  # share of a selection a rewrite re-noises (Alt+Up / Alt+Down)
     last_search: str = ""  # Find's query, shared by every buffer as in most editors
+    queued: tuple | None = None  # (pane, action name): a model command asked for while the model loads
 
     def unavailable(self) -> str | None:
         """Why no run can start now, or None when the model is ready."""
