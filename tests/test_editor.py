@@ -375,3 +375,10 @@ def test_snapshot_marked_regions(snap_compare):
         await pilot.pause()
 
     assert snap_compare(make_app([EXAMPLE]), terminal_size=SIZE, run_before=mark)
+
+
+async def test_a_keymap_that_shares_a_key_warns(example):
+    app = make_app([example], Config.of(keymap={"infill": "f5", "rewrite": "f5"}))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        assert any("one key, two commands" in str(n.message) and "infill, rewrite" in str(n.message) for n in app._notifications)

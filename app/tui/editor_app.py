@@ -110,6 +110,7 @@ class SharpenApp(App):
         # Crashed editors' work on no file opened now (untitled buffers, other files): one list to restore.
         self.recovery.offer_the_rest(set(unique))
         self.status.strength = self.session.strength
+        self._warn_about_shared_keys()
         unknown = sorted(set(self.config.keymap) - {b.id for b in ALL_BINDINGS})
         if unknown:
             known = ", ".join(sorted(b.id for b in ALL_BINDINGS))
@@ -276,6 +277,17 @@ class SharpenApp(App):
 
     # -- palette, keys, status ----------------------------------------------------------
 
+    def _warn_about_shared_keys(self) -> None:
+        """A keymap that gives one key to two commands: say which, once, at start."""
+        owners: dict[str, list[str]] = {}
+        for binding in ALL_BINDINGS:
+            for key in (self._keymap.get(binding.id) or binding.key).split(","):
+                owners.setdefault(key.strip(), []).append(binding.id)
+        shared = {key: ids for key, ids in owners.items() if key and len(set(ids)) > 1}
+        if shared:
+            listed = "; ".join(f"{key_label(key)}: {', '.join(ids)}" for key, ids in sorted(shared.items()))
+            self.notify(f"one key, two commands ({listed}); only one of them will run", title="Keymap", severity="warning", timeout=15)
+
     def get_system_commands(self, screen):
         # The palette lists sharpen's own Quit (which asks about unsaved work) and Keys (its
         # keys as bound): Textual's entries of the same names would list them twice.
@@ -333,7 +345,8 @@ class SharpenApp(App):
         stats = pane.edit_run.stats if pane.edit_run is not None else None
         first_key = lambda binding_id: self.keys_for(binding_id).split(", ")[0]  # noqa: E731
         if pane.phase == RUNNING:
-            progress = f"step {stats.step}/{stats.total_steps} · {rate_label(stats.tokens_per_second)}" if stats else "starting…"
+            rate = f" · {rate_label(stats.tokens_per_second)}" if stats and stats.step > 0 else ""  # no rate before a step ran
+            progress = f"step {stats.step}/{stats.total_steps}{rate}" if stats else "starting…"
             status.run = f"{progress} · {first_key('cancel')} cancels"
         elif pane.phase == PREVIEW:
             run = pane.edit_run

@@ -287,7 +287,7 @@ class EditorPane(Container):
         if action == "accept":
             return self.phase != IDLE
         if action == "cycle":
-            return self.phase == PREVIEW and self.edit_run is not None and self.edit_run.alternatives > 1
+            return self.phase == PREVIEW  # with one alternative, action_cycle says so
         return True
 
     def _typing_over_preview(self) -> None:
