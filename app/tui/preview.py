@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...core.changes import ChangeSet
+
 MASKED, DOUBTFUL, UNSURE, SURE, FINAL = "masked", "doubtful", "unsure", "sure", "final"
 MARKED = "marked"  # a region marked for a later parallel edit, outside this run's spans
 KINDS = (MASKED, DOUBTFUL, UNSURE, SURE, FINAL, MARKED)
@@ -106,11 +108,12 @@ def compose(text: str, spans: list[tuple[int, int]], pieces: list[list[Piece]], 
         cursor = end
     parts.append(text[cursor:])
     composed = "".join(parts)
+    # The marks move with their text through the preview's splice, as through any edit (core.changes).
+    splice = ChangeSet.of((s, e, "".join(p.text for p in span)) for (s, e), span in zip(spans, pieces))
     for start, end in marks:
-        if any(start < e and s < end for s, e in spans):
-            continue
-        shift = sum((b - a) - (e - s) for (s, e), (a, b) in zip(spans, span_ranges) if e <= start)
-        ranges.append((start + shift, end + shift, MARKED))
+        moved = splice.map_range(start, end)
+        if moved is not None:
+            ranges.append((*moved, MARKED))
     ranges.sort()
     line_styles: dict[int, list[tuple[int, int, str]]] = {}
     row, counted = 0, 0  # ranges are sorted: count line breaks incrementally, in C (str.count)
