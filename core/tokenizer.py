@@ -10,12 +10,12 @@ UTF-8 sequence, which is why pieces for display go through `pieces()`.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
 
 from .errors import ModelError
+from .jsonfile import read_json_object
 
 # Our own family's special tokens; other families name theirs in their own files.
 MASK_TOKEN = "<|mask|>"
@@ -114,7 +114,7 @@ def byte_level_bpe_from_files(path: Path) -> _HFTokenizer:
     """
     from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers
 
-    tok_cfg = _json(path / "tokenizer_config.json")
+    tok_cfg = read_json_object(path / "tokenizer_config.json")
     cls_name = tok_cfg.get("tokenizer_class") or "Qwen2Tokenizer"
     if cls_name not in QWEN2_CLASSES:
         raise ModelError(f"{path}: tokenizer class {cls_name} ships no tokenizer.json, and sharpen builds only "
@@ -151,17 +151,7 @@ def _added_tokens(path: Path, tok_cfg: dict) -> list:
                                rstrip=bool(entry.get("rstrip")), normalized=bool(entry.get("normalized", False)),
                                special=bool(entry.get("special", True)))
             found[int(key)] = (token, bool(entry.get("special", True)))
-    for content, token_id in _json(path / "added_tokens.json").items():
+    for content, token_id in read_json_object(path / "added_tokens.json").items():
         if isinstance(token_id, int) and token_id not in found:
             found[token_id] = (AddedToken(content, normalized=False, special=True), True)
     return [(i, token, special) for i, (token, special) in sorted(found.items())]
-
-
-def _json(file: Path) -> dict:
-    if not file.exists():
-        return {}
-    try:
-        loaded = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read {file}: {exc}") from None
-    return loaded if isinstance(loaded, dict) else {}

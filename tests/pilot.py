@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from textual.command import CommandList
 
 from sharpen.app.config import Config
@@ -47,3 +48,12 @@ def top_command(app) -> str:
 
 def select_line(editor, row: int) -> None:
     editor.selection = ((row, 4), (row, len(editor.document.lines[row])))
+
+
+@pytest.fixture
+def example_in_src(tmp_path) -> Path:
+    """The example in a folder of its own (tests that remove the folder under a buffer)."""
+    path = tmp_path / "src" / "fizzbuzz.py"
+    path.parent.mkdir()
+    path.write_bytes(EXAMPLE.read_bytes())
+    return path

@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-from pilot import EXAMPLE, make_app, notices, wait_for
+from pilot import example_in_src as example  # noqa: F401  (a fixture)
+from pilot import make_app, notices, wait_for
 
 from sharpen.app.recovery import RecoveryStore
 from sharpen.app.tui.confirm_screen import ConfirmScreen
@@ -29,14 +30,6 @@ def recovery_dir(tmp_path, monkeypatch) -> Path:
     directory = tmp_path / "recovery"
     monkeypatch.setenv("SHARPEN_RECOVERY_DIR", str(directory))
     return directory
-
-
-@pytest.fixture
-def example(tmp_path) -> Path:
-    path = tmp_path / "src" / "fizzbuzz.py"
-    path.parent.mkdir()
-    path.write_bytes(EXAMPLE.read_bytes())
-    return path
 
 
 # -- saving: content on disk, unwritable files ---------------------------------------------

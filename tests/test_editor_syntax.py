@@ -6,10 +6,9 @@ tests check where text changes, never what the model wrote.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
-import pytest
-from pilot import EXAMPLE, make_app, notices, wait_for, with_model
+from pilot import example_in_src as example  # noqa: F401  (a fixture)
+from pilot import make_app, notices, wait_for, with_model
 
 from sharpen.app.config import Config
 from sharpen.app.tui.editor_app import ALL_BINDINGS, BINDINGS, SharpenApp
@@ -18,14 +17,6 @@ from sharpen.app.tui.palette import PALETTE
 from sharpen.core.syntax import body_range, parse_document
 
 SIZE = (110, 32)
-
-
-@pytest.fixture
-def example(tmp_path) -> Path:
-    path = tmp_path / "src" / "fizzbuzz.py"
-    path.parent.mkdir()
-    path.write_bytes(EXAMPLE.read_bytes())
-    return path
 
 
 def test_syntax_keys_are_bound_once_and_listed():

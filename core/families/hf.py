@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from ..errors import ModelError
+from ..jsonfile import read_json_object
 
 # loading.py passes tokenizer_config.json and generation_config.json to `special_ids` under these
 # keys of the config dict; no real config.json uses them.
@@ -20,14 +21,7 @@ GENERATION_CONFIG_KEY = "generation_config"
 
 def read_generation_config(path: Path) -> dict:
     """generation_config.json of a checkpoint ({} when absent)."""
-    file = path / "generation_config.json"
-    if not file.exists():
-        return {}
-    try:
-        loaded = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read {file}: {exc}") from None
-    return loaded if isinstance(loaded, dict) else {}
+    return read_json_object(path / "generation_config.json")
 
 
 def read_tokenizer_config(path: Path) -> dict:
