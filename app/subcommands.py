@@ -215,13 +215,24 @@ def download(argv: list[str]) -> int:
         from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
     except ImportError:
         raise ModelError("huggingface_hub is not installed; pip install huggingface_hub") from None
-    sys.stderr.write(f"sharpen: downloading {args.repo_id} (safetensors, config, tokenizer files)\n")
+    from ..core.memory_fit import KNOWN_RELEASES, footprint
+    from ..core.placement import human
+
+    size = next((footprint(cfg, "bfloat16", 0).weights for repo, cfg in KNOWN_RELEASES.values() if repo.lower() == args.repo_id.lower()), None)
+    about = f", about {human(size)}" if size else ""
+    sys.stderr.write(f"sharpen: downloading {args.repo_id} (safetensors, config, tokenizer files{about})\n")
     try:
         # huggingface_hub draws its progress bars on stderr; stdout gets only the path
         path = snapshot_download(args.repo_id, revision=args.revision, cache_dir=args.cache_dir, allow_patterns=ALLOW)
     except RepositoryNotFoundError:
         raise ModelError(f"no model {args.repo_id!r} on the hub (or it is gated and you are not logged in)") from None
-    except (HfHubHTTPError, OSError, ValueError) as exc:
-        raise ModelError(f"cannot download {args.repo_id}: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # huggingface_hub's errors, OSError, and the HTTP library's own (httpx.ConnectError)
+        what = f"{type(exc).__name__}: {exc}".lower()
+        if any(word in what for word in ("connecterror", "connection", "name or service not known", "timed out", "timeout")):
+            raise ModelError(f"cannot reach the Hugging Face hub to download {args.repo_id} (no network?); "
+                             "copy the checkpoint directory to this machine and pass --model DIR") from None
+        if isinstance(exc, (HfHubHTTPError, OSError, ValueError)):
+            raise ModelError(f"cannot download {args.repo_id}: {str(exc).splitlines()[0]}") from None
+        raise
     sys.stdout.write(f"{path}\n")
     return 0
