@@ -204,3 +204,20 @@ def test_json_output_is_valid_utf8_whatever_the_file_name(tmp_path, tiny_model_d
     assert proc.returncode == 0, proc.stderr
     payload = json.loads(proc.stdout.decode("utf-8"))  # strict UTF-8: raises on a lone surrogate or a raw 0xff
     assert payload["file"] == "bad\\xffname.py"
+
+
+def test_download_without_network_says_so_in_one_line(monkeypatch, capsys):
+    import huggingface_hub
+
+    from sharpen.app.cli import main
+
+    class ConnectError(Exception):  # what httpx raises when the name does not resolve
+        pass
+
+    def offline(*args, **kwargs):
+        raise ConnectError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    assert main(["download", "GSAI-ML/LLaDA-8B-Instruct"]) == 4
+    err = capsys.readouterr().err.splitlines()
+    assert "about 14.9 GiB" in err[0] and err[1].startswith("sharpen: cannot reach the Hugging Face hub") and len(err) == 2
