@@ -32,6 +32,7 @@ class Case:
     content: bytes | None = ORIGINAL  # the file's bytes; None: no file
     extra: dict = field(default_factory=dict)  # more files in the directory: name -> bytes
     stdin: bytes = b""
+    promise: str = ""  # the section of docs/safety.md whose promise the case checks
 
 
 def spec(s, *more):
@@ -44,76 +45,76 @@ def edits(payload):
 
 
 FAST = [
-    # input/output: exit 3
-    Case("missing-file", spec("1-1"), 3, "no such file", content=None),
-    Case("directory", ["{d}", "--apply-edit", "1-1", "--in-place"], 3, "is a directory", content=None),
-    Case("nul-bytes", spec("1-1"), 3, "binary", content=b"\x7fELF\x00\x01\x02"),
-    Case("nul-after-8k", spec("1-1"), 3, "binary", content=b"x" * 9000 + b"\x00"),
-    Case("latin-1", spec("1-1"), 3, "not UTF-8 (invalid byte 0xe9 at offset 3)", content=b"caf\xe9\n"),
-    Case("utf-16-le", spec("1-1"), 3, "UTF-16", content=b"\xff\xfeh\x00i\x00"),
-    Case("utf-16-be", spec("1-1"), 3, "UTF-16", content=b"\xfe\xff\x00h\x00i"),
-    Case("bad-utf8-after-bom", spec("1-1"), 3, "not UTF-8", content=b"\xef\xbb\xbfok\n\xc3\x28\n"),
-    Case("truncated-utf8-at-end", spec("1-1"), 3, "not UTF-8", content=b"ok\n\xe6\x9d"),
-    Case("newline-in-missing-name", ["{d}/a\nb.py", "--apply-edit", "1-1", "--in-place"], 3, "a\\x0ab.py: no such file", content=None),
-    # SPEC: exit 2
-    Case("line-out-of-range", spec("99:1-99:3"), 2, "span 99:1-99:3: line 99 is outside the file (1-5)"),
-    Case("column-out-of-range", spec("2:1-2:99"), 2, "column 99 is outside line 2 (1-14)"),
-    Case("column-inside-crlf", spec("1:11-1:11"), 2, "column 11 is outside line 1 (1-10)"),
-    Case("reversed-range", spec("2:9-2:3"), 2, "span 2:9-2:3: end is before start"),
-    Case("reversed-lines", spec("4-2"), 2, "end line is before start line"),
-    Case("overlapping", spec("2:1-2:9,2:5-2:12"), 2, "span 2:5-2:12 overlaps span 2:1-2:9"),
-    Case("same-insertion-twice", spec("3:1-3:1,3:1-3:1"), 2, "the same insertion point twice"),
-    Case("garbage", spec("banana"), 2, "bad span 'banana'"),
-    Case("empty", spec(""), 2, "empty SPEC"),
-    Case("line-zero", spec("0:1-1:1"), 2, "line 0 is outside"),
-    Case("column-zero", spec("1:0-1:2"), 2, "column 0 is outside"),
-    Case("negative", ["{f}", "--apply-edit=-1:1-1:2", "--in-place"], 2, "bad span '-1:1-1:2'"),
-    Case("trailing-comma", spec("1-1,"), 2, "bad span ''"),
-    Case("huge-number", spec("9" * 5000 + ":1-1:1"), 2, "number too large"),
-    Case("non-ascii-digits", spec("١:1-1:2"), 2, "bad span"),
-    Case("empty-rewrite", spec("2:3-2:3", "--mode", "rewrite"), 2, "a rewrite needs a non-empty span"),
-    Case("max-tokens-zero", spec("2:1-2:3", "--max-tokens", "0"), 2, "max_tokens must be between 1 and 4096"),
-    Case("max-tokens-huge", spec("2:1-2:3", "--max-tokens", "100000"), 2, "max_tokens must be between 1 and 4096"),
-    Case("strength-too-big", spec("2:1-2:3", "--mode", "rewrite", "--strength", "1.5"), 2, "strength must be in (0, 1]"),
-    Case("strength-nan", spec("2:1-2:3", "--mode", "rewrite", "--strength", "nan"), 2, "strength must be in (0, 1]"),
-    # options, checked before torch loads: exit 2
-    Case("steps-zero", spec("1-1", "--steps", "0"), 2, "--steps must be at least 1"),
-    Case("temperature-negative", spec("1-1", "--temperature", "-1"), 2, "--temperature"),
-    Case("temperature-inf", spec("1-1", "--temperature", "inf"), 2, "--temperature"),
-    Case("top-p-out-of-range", spec("1-1", "--top-p", "1.5"), 2, "--top-p must be in (0, 1]"),
-    Case("top-k-zero", spec("1-1", "--top-k", "0"), 2, "--top-k must be at least 1"),
-    Case("samples-zero", spec("1-1", "--samples", "0"), 2, "--samples must be between 1 and 64"),
-    Case("samples-huge", spec("1-1", "--samples", "100000"), 2, "--samples must be between 1 and 64"),
-    Case("threshold-zero", spec("1-1", "--threshold", "0"), 2, "--threshold must be in (0, 1]"),
-    Case("context-negative", spec("1-1", "--context-tokens", "-5"), 2, "--context-tokens must be at least 0"),
-    Case("block-size-negative", spec("1-1", "--block-size", "-1"), 2, "--block-size must be at least 0"),
-    Case("steps-not-a-number", spec("1-1", "--steps", "many"), 2, "invalid int value"),
-    # usage: exit 2
-    Case("in-place-stdin", ["-", "--apply-edit", "1-1", "--in-place"], 2, "--in-place needs a file", stdin=b"x = 1\n"),
-    Case("two-files", ["{f}", "{f}", "--apply-edit", "1-1", "--in-place"], 2, "exactly one FILE"),
-    Case("stdin-twice", ["-", "--apply-edit", "-"], 2, "cannot both be read from stdin", stdin=b"x\n"),
-    Case("in-place-and-diff", spec("1-1", "--diff"), 2, "not allowed with argument"),
-    Case("unknown-option", spec("1-1", "--frobnicate"), 2, "unrecognized arguments"),
-    Case("bad-mode", spec("1-1", "--mode", "delete"), 2, "invalid choice"),
-    # JSON edit lists: exit 2
-    Case("json-invalid", **edits(b"[{"), code=2, message="not valid JSON"),
-    Case("json-empty-list", **edits([]), code=2, message="non-empty JSON list"),
-    Case("json-object", **edits({"range": "1-1"}), code=2, message="non-empty JSON list"),
-    Case("json-range-int", **edits([{"range": 3}]), code=2, message='edit 1 needs a "range" string'),
-    Case("json-unknown-key", **edits([{"range": "1-1", "colour": "red"}]), code=2, message="unknown keys: colour"),
-    Case("json-bad-mode", **edits([{"range": "1-1", "mode": "erase"}]), code=2, message="unknown mode 'erase'"),
-    Case("json-max-tokens-string", **edits([{"range": "1-1", "max_tokens": "8"}]), code=2, message="max_tokens must be an integer"),
-    Case("json-max-tokens-bool", **edits([{"range": "1-1", "max_tokens": True}]), code=2, message="max_tokens must be an integer"),
-    Case("json-max-tokens-huge", **edits([{"range": "1-1", "max_tokens": 10**30}]), code=2, message="max_tokens must be between"),
-    Case("json-strength-string", **edits([{"range": "1-1", "strength": "high"}]), code=2, message="strength must be a number"),
-    Case("json-strength-400-digits", **edits(b'[{"range": "1-1", "strength": ' + b"9" * 400 + b"}]"), code=2, message="strength must be in (0, 1]"),
-    Case("json-instruction-number", **edits([{"range": "1-1", "instruction": 7}]), code=2, message="instruction must be a string"),
-    Case("json-overlap", **edits([{"range": "2-2"}, {"range": "2:3-2:5"}]), code=2, message="span 2:3-2:5 overlaps span 2-2"),
-    Case("json-range-with-newline", **edits([{"range": "1:1-\n9:9"}]), code=2, message="bad span '1:1-\\n9:9'"),
-    Case("json-deep-nesting", **edits(b"[" * 100000), code=2, message="nested too deeply"),
-    Case("json-not-utf8", **edits(b'[{"range": "1-1", "instruction": "caf\xe9"}]'), code=2, message="is not UTF-8"),
-    Case("json-missing-file", ["{f}", "--apply-edit", "@{d}/nope.json", "--in-place"], 2, "cannot read edit list"),
-    Case("json-endless", ["{f}", "--apply-edit", "@/dev/zero", "--in-place"], 2, "too large"),
+    # input/output: exit 3  (docs/safety.md: "Refused, with one clear line")
+    Case("missing-file", spec("1-1"), 3, "no such file", content=None, promise="Refused, with one clear line"),
+    Case("directory", ["{d}", "--apply-edit", "1-1", "--in-place"], 3, "is a directory", content=None, promise="Refused, with one clear line"),
+    Case("nul-bytes", spec("1-1"), 3, "binary", content=b"\x7fELF\x00\x01\x02", promise="Refused, with one clear line"),
+    Case("nul-after-8k", spec("1-1"), 3, "binary", content=b"x" * 9000 + b"\x00", promise="Refused, with one clear line"),
+    Case("latin-1", spec("1-1"), 3, "not UTF-8 (invalid byte 0xe9 at offset 3)", content=b"caf\xe9\n", promise="Refused, with one clear line"),
+    Case("utf-16-le", spec("1-1"), 3, "UTF-16", content=b"\xff\xfeh\x00i\x00", promise="Refused, with one clear line"),
+    Case("utf-16-be", spec("1-1"), 3, "UTF-16", content=b"\xfe\xff\x00h\x00i", promise="Refused, with one clear line"),
+    Case("bad-utf8-after-bom", spec("1-1"), 3, "not UTF-8", content=b"\xef\xbb\xbfok\n\xc3\x28\n", promise="Refused, with one clear line"),
+    Case("truncated-utf8-at-end", spec("1-1"), 3, "not UTF-8", content=b"ok\n\xe6\x9d", promise="Refused, with one clear line"),
+    Case("newline-in-missing-name", ["{d}/a\nb.py", "--apply-edit", "1-1", "--in-place"], 3, "a\\x0ab.py: no such file", content=None, promise="Refused, with one clear line"),
+    # SPEC: exit 2  (docs/safety.md: "Spans")
+    Case("line-out-of-range", spec("99:1-99:3"), 2, "span 99:1-99:3: line 99 is outside the file (1-5)", promise="Spans"),
+    Case("column-out-of-range", spec("2:1-2:99"), 2, "column 99 is outside line 2 (1-14)", promise="Spans"),
+    Case("column-inside-crlf", spec("1:11-1:11"), 2, "column 11 is outside line 1 (1-10)", promise="Spans"),
+    Case("reversed-range", spec("2:9-2:3"), 2, "span 2:9-2:3: end is before start", promise="Spans"),
+    Case("reversed-lines", spec("4-2"), 2, "end line is before start line", promise="Spans"),
+    Case("overlapping", spec("2:1-2:9,2:5-2:12"), 2, "span 2:5-2:12 overlaps span 2:1-2:9", promise="Spans"),
+    Case("same-insertion-twice", spec("3:1-3:1,3:1-3:1"), 2, "the same insertion point twice", promise="Spans"),
+    Case("garbage", spec("banana"), 2, "bad span 'banana'", promise="Spans"),
+    Case("empty", spec(""), 2, "empty SPEC", promise="Spans"),
+    Case("line-zero", spec("0:1-1:1"), 2, "line 0 is outside", promise="Spans"),
+    Case("column-zero", spec("1:0-1:2"), 2, "column 0 is outside", promise="Spans"),
+    Case("negative", ["{f}", "--apply-edit=-1:1-1:2", "--in-place"], 2, "bad span '-1:1-1:2'", promise="Spans"),
+    Case("trailing-comma", spec("1-1,"), 2, "bad span ''", promise="Spans"),
+    Case("huge-number", spec("9" * 5000 + ":1-1:1"), 2, "number too large", promise="Spans"),
+    Case("non-ascii-digits", spec("١:1-1:2"), 2, "bad span", promise="Spans"),
+    Case("empty-rewrite", spec("2:3-2:3", "--mode", "rewrite"), 2, "a rewrite needs a non-empty span", promise="Spans"),
+    Case("max-tokens-zero", spec("2:1-2:3", "--max-tokens", "0"), 2, "max_tokens must be between 1 and 4096", promise="Spans"),
+    Case("max-tokens-huge", spec("2:1-2:3", "--max-tokens", "100000"), 2, "max_tokens must be between 1 and 4096", promise="Spans"),
+    Case("strength-too-big", spec("2:1-2:3", "--mode", "rewrite", "--strength", "1.5"), 2, "strength must be in (0, 1]", promise="Spans"),
+    Case("strength-nan", spec("2:1-2:3", "--mode", "rewrite", "--strength", "nan"), 2, "strength must be in (0, 1]", promise="Spans"),
+    # options, checked before torch loads: exit 2  (docs/safety.md: "Models and options")
+    Case("steps-zero", spec("1-1", "--steps", "0"), 2, "--steps must be at least 1", promise="Models and options"),
+    Case("temperature-negative", spec("1-1", "--temperature", "-1"), 2, "--temperature", promise="Models and options"),
+    Case("temperature-inf", spec("1-1", "--temperature", "inf"), 2, "--temperature", promise="Models and options"),
+    Case("top-p-out-of-range", spec("1-1", "--top-p", "1.5"), 2, "--top-p must be in (0, 1]", promise="Models and options"),
+    Case("top-k-zero", spec("1-1", "--top-k", "0"), 2, "--top-k must be at least 1", promise="Models and options"),
+    Case("samples-zero", spec("1-1", "--samples", "0"), 2, "--samples must be between 1 and 64", promise="Models and options"),
+    Case("samples-huge", spec("1-1", "--samples", "100000"), 2, "--samples must be between 1 and 64", promise="Models and options"),
+    Case("threshold-zero", spec("1-1", "--threshold", "0"), 2, "--threshold must be in (0, 1]", promise="Models and options"),
+    Case("context-negative", spec("1-1", "--context-tokens", "-5"), 2, "--context-tokens must be at least 0", promise="Models and options"),
+    Case("block-size-negative", spec("1-1", "--block-size", "-1"), 2, "--block-size must be at least 0", promise="Models and options"),
+    Case("steps-not-a-number", spec("1-1", "--steps", "many"), 2, "invalid int value", promise="Models and options"),
+    # usage: exit 2  (docs/safety.md: "Exit codes")
+    Case("in-place-stdin", ["-", "--apply-edit", "1-1", "--in-place"], 2, "--in-place needs a file", stdin=b"x = 1\n", promise="Exit codes"),
+    Case("two-files", ["{f}", "{f}", "--apply-edit", "1-1", "--in-place"], 2, "exactly one FILE", promise="Exit codes"),
+    Case("stdin-twice", ["-", "--apply-edit", "-"], 2, "cannot both be read from stdin", stdin=b"x\n", promise="Exit codes"),
+    Case("in-place-and-diff", spec("1-1", "--diff"), 2, "not allowed with argument", promise="Exit codes"),
+    Case("unknown-option", spec("1-1", "--frobnicate"), 2, "unrecognized arguments", promise="Exit codes"),
+    Case("bad-mode", spec("1-1", "--mode", "delete"), 2, "invalid choice", promise="Exit codes"),
+    # JSON edit lists: exit 2  (docs/safety.md: "Spans")
+    Case("json-invalid", **edits(b"[{"), code=2, message="not valid JSON", promise="Spans"),
+    Case("json-empty-list", **edits([]), code=2, message="non-empty JSON list", promise="Spans"),
+    Case("json-object", **edits({"range": "1-1"}), code=2, message="non-empty JSON list", promise="Spans"),
+    Case("json-range-int", **edits([{"range": 3}]), code=2, message='edit 1 needs a "range" string', promise="Spans"),
+    Case("json-unknown-key", **edits([{"range": "1-1", "colour": "red"}]), code=2, message="unknown keys: colour", promise="Spans"),
+    Case("json-bad-mode", **edits([{"range": "1-1", "mode": "erase"}]), code=2, message="unknown mode 'erase'", promise="Spans"),
+    Case("json-max-tokens-string", **edits([{"range": "1-1", "max_tokens": "8"}]), code=2, message="max_tokens must be an integer", promise="Spans"),
+    Case("json-max-tokens-bool", **edits([{"range": "1-1", "max_tokens": True}]), code=2, message="max_tokens must be an integer", promise="Spans"),
+    Case("json-max-tokens-huge", **edits([{"range": "1-1", "max_tokens": 10**30}]), code=2, message="max_tokens must be between", promise="Spans"),
+    Case("json-strength-string", **edits([{"range": "1-1", "strength": "high"}]), code=2, message="strength must be a number", promise="Spans"),
+    Case("json-strength-400-digits", **edits(b'[{"range": "1-1", "strength": ' + b"9" * 400 + b"}]"), code=2, message="strength must be in (0, 1]", promise="Spans"),
+    Case("json-instruction-number", **edits([{"range": "1-1", "instruction": 7}]), code=2, message="instruction must be a string", promise="Spans"),
+    Case("json-overlap", **edits([{"range": "2-2"}, {"range": "2:3-2:5"}]), code=2, message="span 2:3-2:5 overlaps span 2-2", promise="Spans"),
+    Case("json-range-with-newline", **edits([{"range": "1:1-\n9:9"}]), code=2, message="bad span '1:1-\\n9:9'", promise="Spans"),
+    Case("json-deep-nesting", **edits(b"[" * 100000), code=2, message="nested too deeply", promise="Spans"),
+    Case("json-not-utf8", **edits(b'[{"range": "1-1", "instruction": "caf\xe9"}]'), code=2, message="is not UTF-8", promise="Spans"),
+    Case("json-missing-file", ["{f}", "--apply-edit", "@{d}/nope.json", "--in-place"], 2, "cannot read edit list", promise="Spans"),
+    Case("json-endless", ["{f}", "--apply-edit", "@/dev/zero", "--in-place"], 2, "too large", promise="Spans"),
 ]
 
 
@@ -135,7 +136,7 @@ def assert_untouched(directory: Path, path: Path, content: bytes | None) -> None
     assert not [p for p in directory.iterdir() if p.name.endswith(TEMP_SUFFIX)]
 
 
-@pytest.mark.parametrize("case", FAST, ids=[c.id for c in FAST])
+@pytest.mark.parametrize("case", FAST, ids=[f"{c.promise}: {c.id}" for c in FAST])
 def test_bad_input_before_the_model(tmp_path, case):
     path = tmp_path / NAME
     if case.content is not None:
@@ -394,3 +395,9 @@ def test_sigint_to_a_real_process_leaves_the_file(tmp_path, tiny_model_dir):
     assert_one_line(err, "interrupted")
     assert out == b""
     assert_untouched(tmp_path, path, ORIGINAL * 20)
+
+
+def test_every_case_names_the_promise_it_checks():
+    headings = Path(__file__).resolve().parents[1].joinpath("docs", "safety.md").read_text()
+    for case in FAST:
+        assert case.promise and f"**{case.promise}" in headings or f"## {case.promise}" in headings, case.id
