@@ -13,6 +13,7 @@ import re
 
 from textual.document._document import Document, EditResult, Location
 from textual.document._syntax_aware_document import SyntaxAwareDocument
+from textual.document._wrapped_document import WrappedDocument
 
 LINE_BREAK = re.compile(r"\r\n|\n")
 CR_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # a file with CR line endings (classic Mac)
@@ -60,3 +61,26 @@ class StrictDocument(Document):
 class StrictSyntaxDocument(SyntaxAwareDocument, StrictDocument):
     """SyntaxAwareDocument's tree-sitter bookkeeping over StrictDocument's lines (by the MRO,
     its super().replace_range is StrictDocument's)."""
+
+
+class MeasuredWrappedDocument(WrappedDocument):
+    """Textual's WrappedDocument with its height kept instead of summed over every line each
+    time it is read: TextArea reads it once per rendered line, which made every repaint of a
+    50,000-line file cost seconds (docs/textual-upstream.md). Recomputed once per (re)wrap."""
+
+    _height: int | None = None
+
+    @property
+    def height(self) -> int:
+        if self._height is None:
+            self._height = sum(len(offsets) + 1 for offsets in self._wrap_offsets)
+        return self._height
+
+    def wrap(self, width: int, tab_width: int | None = None) -> None:
+        self._height = None
+        super().wrap(width, tab_width)
+        self._height = None
+
+    def wrap_range(self, start: Location, old_end: Location, new_end: Location) -> None:
+        super().wrap_range(start, old_end, new_end)
+        self._height = None

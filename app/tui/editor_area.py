@@ -17,11 +17,10 @@ from textual.widgets.text_area import Selection
 
 from textual.document._document_navigator import DocumentNavigator
 from textual.document._syntax_aware_document import SyntaxAwareDocument
-from textual.document._wrapped_document import WrappedDocument
 
 from ...core.changes import ChangeSet
 from .buffer_file import BufferFile
-from .document import StrictDocument, StrictSyntaxDocument
+from .document import MeasuredWrappedDocument, StrictDocument, StrictSyntaxDocument
 from .indent import dedent_to, newline_indent
 
 
@@ -73,6 +72,47 @@ class EditorArea(TextArea):
         self.before_typing: Callable[[], None] | None = None
         self.yield_tab = False  # while a run or preview is up, Tab means Accept (an app binding)
 
+    # Highlighting covers the rows on screen and this many on each side: Textual's TextArea
+    # queries the whole syntax tree on every edit, which made a keystroke in a 50,000-line file
+    # cost seconds (docs/editor.md); scrolling out of the window queries the new rows.
+    HIGHLIGHT_MARGIN = 300
+    _highlight_window: tuple[int, int] = (0, 0)
+
+    def _build_highlight_map(self) -> None:
+        if not self._highlight_query:
+            return super()._build_highlight_map()
+        self._line_cache.clear()
+        highlights = self._highlights
+        highlights.clear()
+        top, height = int(self.scroll_y), max(self.size.height, 50)
+        first = max(0, top - self.HIGHLIGHT_MARGIN)
+        last = min(self.document.line_count, top + height + self.HIGHLIGHT_MARGIN)
+        self._highlight_window = (first, last)
+        captures = self.document.query_syntax_tree(self._highlight_query, (first, 0), (last, 0))
+        for name, nodes in captures.items():
+            for node in nodes:
+                (start_row, start_column), (end_row, end_column) = node.start_point, node.end_point
+                if start_row == end_row:
+                    highlights[start_row].append((start_column, end_column, name))
+                    continue
+                highlights[start_row].append((start_column, None, name))
+                for row in range(max(start_row + 1, first), min(end_row, last)):  # only rows in the window
+                    highlights[row].append((0, None, name))
+                highlights[end_row].append((0, end_column, name))
+
+    def _follow_scroll_with_highlights(self) -> None:
+        """Scrolled near the edge of the highlighted window: highlight around the new view."""
+        if not self._highlight_query:
+            return
+        first, last = self._highlight_window
+        top, bottom = int(self.scroll_y), int(self.scroll_y) + self.size.height
+        if (top < first + 50 and first > 0) or (bottom > last - 50 and last < self.document.line_count):
+            self._build_highlight_map()
+            self.refresh()
+
+    def on_mount(self) -> None:
+        self.watch(self, "scroll_y", self._follow_scroll_with_highlights, init=False)
+
     def _set_document(self, text: str, language: str | None) -> None:
         # Textual builds its own document; the editor's only splits lines at real line breaks.
         super()._set_document(text, language)
@@ -81,7 +121,7 @@ class EditorArea(TextArea):
         else:
             document = StrictDocument(text)
         self.document = document
-        self.wrapped_document = WrappedDocument(document, tab_width=self.indent_width)
+        self.wrapped_document = MeasuredWrappedDocument(document, tab_width=self.indent_width)
         self.navigator = DocumentNavigator(self.wrapped_document)
         self._build_highlight_map()
         self.move_cursor((0, 0))

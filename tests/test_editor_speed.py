@@ -1,0 +1,55 @@
+"""The editor's per-keystroke work does not grow with the file (bench/typing_latency.py measures it)."""
+from __future__ import annotations
+
+from pilot import make_app
+
+SIZE = (100, 32)
+
+
+async def test_highlights_on_screen_match_a_whole_file_query_after_edits(tmp_path):
+    """Only the rows around the view are queried; after an edit that opens a string spanning
+    lines, and after scrolling far down, the rows on screen look as a whole-file query says."""
+    body = "".join(f"def f{i}(x):\n    return x + {i}  # comment {i}\n" for i in range(3000))
+    path = tmp_path / "big.py"
+    path.write_text(body)
+    app = make_app([path])
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+
+        def whole_file_rows(first: int, last: int) -> dict:
+            expected: dict[int, set] = {}
+            for name, nodes in editor.document.query_syntax_tree(editor._highlight_query).items():
+                for node in nodes:
+                    (r0, c0), (r1, c1) = node.start_point, node.end_point
+                    for row in range(max(r0, first), min(r1, last - 1) + 1):
+                        start = c0 if row == r0 else 0
+                        end = c1 if row == r1 else None
+                        expected.setdefault(row, set()).add((start, end, name))
+            return expected
+
+        def check() -> None:
+            top = int(editor.scroll_y)
+            first, last = top, top + SIZE[1] - 3
+            expected = whole_file_rows(first, last)
+            for row in range(first, last):
+                assert set(editor._highlights.get(row, [])) == expected.get(row, set()), row
+
+        check()
+        editor.move_cursor((1, 4))
+        await pilot.press(*'"""', "enter")  # a string opens and runs to the next triple quote
+        await pilot.pause()
+        check()
+        editor.scroll_to(y=4000, animate=False)
+        await pilot.pause()
+        check()
+        assert editor._highlight_window[1] - editor._highlight_window[0] < 1000  # never the whole file
+
+
+def test_the_wrapped_height_is_kept_not_summed_per_read(tmp_path):
+    from sharpen.app.tui.document import MeasuredWrappedDocument, StrictDocument
+
+    doc = MeasuredWrappedDocument(StrictDocument("a\n" * 1000), tab_width=4)
+    doc.wrap(80)
+    assert doc.height == 1001
+    doc._wrap_offsets = None  # a second read does not touch the offsets at all
+    assert doc.height == 1001
