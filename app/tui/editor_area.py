@@ -16,7 +16,8 @@ from textual.widgets import TextArea
 from textual.widgets.text_area import Selection
 
 from textual.document._document_navigator import DocumentNavigator
-from textual.document._syntax_aware_document import SyntaxAwareDocument
+from textual._tree_sitter import TREE_SITTER, get_language
+from textual.document._syntax_aware_document import SyntaxAwareDocumentError
 
 from ...core.changes import ChangeSet
 from .buffer_file import BufferFile
@@ -114,12 +115,21 @@ class EditorArea(TextArea):
         self.watch(self, "scroll_y", self._follow_scroll_with_highlights, init=False)
 
     def _set_document(self, text: str, language: str | None) -> None:
-        # Textual builds its own document; the editor's only splits lines at real line breaks.
-        super()._set_document(text, language)
-        if isinstance(self.document, SyntaxAwareDocument):
-            document = StrictSyntaxDocument(text, self.document.language)
-        else:
-            document = StrictDocument(text)
+        # The editor's documents split lines at real line breaks only (document.py). Textual's
+        # own is never built for a language (it would parse the whole file a second time): the
+        # language and its highlight query are resolved as Textual resolves them.
+        super()._set_document(text, None)  # plain: sets up the rest of the widget's state
+        document = StrictDocument(text)
+        if language and TREE_SITTER:
+            registered = self._languages.get(language)
+            tree_language = (registered.language if registered else None) or get_language(language)
+            query = registered.highlight_query if registered else self._get_builtin_highlight_query(language)
+            if tree_language is not None:
+                try:
+                    document = StrictSyntaxDocument(text, tree_language)
+                    self._highlight_query = document.prepare_query(query)
+                except SyntaxAwareDocumentError:
+                    document = StrictDocument(text)
         self.document = document
         self.wrapped_document = MeasuredWrappedDocument(document, tab_width=self.indent_width)
         self.navigator = DocumentNavigator(self.wrapped_document)
