@@ -382,3 +382,13 @@ async def test_a_keymap_that_shares_a_key_warns(example):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.2)
         assert any("one key, two commands" in str(n.message) and "infill, rewrite" in str(n.message) for n in app._notifications)
+
+
+async def test_an_untitled_buffers_language_follows_what_is_typed():
+    app = make_app([])
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        assert editor.language is None
+        await pilot.press(*"#!/usr/bin/env python3", "enter", *"import os", "enter")
+        await wait_for(pilot, lambda: editor.language == "python")
+        assert editor.text.startswith("#!/usr/bin/env python3\nimport os\n")

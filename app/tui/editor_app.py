@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from functools import partial
 from pathlib import Path
 
@@ -277,6 +278,22 @@ class SharpenApp(App):
 
     # -- palette, keys, status ----------------------------------------------------------
 
+    def _follow_untitled_language(self, pane: EditorPane) -> None:
+        """An untitled buffer's language follows what is typed into it (checked at most once a
+        second, from two lines on): the highlighting and the syntax commands then agree."""
+        editor = pane.editor
+        now = time.monotonic()
+        if editor.buffer.path is not None or editor.language is not None or editor.document.line_count < 2:
+            return
+        if now - getattr(pane, "_language_checked", 0.0) < 1.0:
+            return
+        pane._language_checked = now
+        language = language_for(None, editor.text, editor.available_languages)
+        if language is not None:
+            selection, editor.language = editor.selection, language  # a new language reloads the document
+            editor.selection = selection
+            self.update_status()
+
     def _warn_about_shared_keys(self) -> None:
         """A keymap that gives one key to two commands: say which, once, at start."""
         owners: dict[str, list[str]] = {}
@@ -327,6 +344,7 @@ class SharpenApp(App):
             self.refresh_tab_label(pane)
             self.update_status()
             self.recovery.typed()
+            self._follow_untitled_language(pane)
 
     def on_text_area_selection_changed(self, event: TextArea.SelectionChanged) -> None:
         self.update_status()
