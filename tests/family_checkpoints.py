@@ -170,20 +170,24 @@ def _qwen2_config(vocab: int, tie: bool) -> dict:
     }
 
 
-def write_dream(out: Path, *, instruct: bool = False, tie: bool = False, seed: int = 1, shards: int = 2,
-                dtype: torch.dtype = torch.float32) -> Path:
-    """Dream-v0 layout (model_type Dream, Qwen2 names); the instruct template in chat_template.jinja."""
-    out.mkdir(parents=True, exist_ok=True)
-    ids = write_tokenizer(out, DREAM_SPECIAL)
-    vocab = padded(max(ids.values()) + 1)
-    config = {
+def dream_config(ids: dict[str, int], vocab: int, tie: bool) -> dict:
+    """config.json of a Dream-family release (Dream-v0, Dream-Coder-v0, DiffuCoder) at tiny sizes."""
+    return {
         "architectures": ["DreamModel"],
         "auto_map": {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"},
         "model_type": "Dream", **_qwen2_config(vocab, tie),
         "mask_token_id": ids["<|mask|>"], "pad_token_id": ids["<|endoftext|>"],
         "bos_token_id": ids["<|beginoftext|>"], "eos_token_id": ids["<|endoftext|>"],
     }
-    _write_json(out / "config.json", config)
+
+
+def write_dream(out: Path, *, instruct: bool = False, tie: bool = False, seed: int = 1, shards: int = 2,
+                dtype: torch.dtype = torch.float32) -> Path:
+    """Dream-v0 layout (model_type Dream, Qwen2 names); the instruct template in chat_template.jinja."""
+    out.mkdir(parents=True, exist_ok=True)
+    ids = write_tokenizer(out, DREAM_SPECIAL)
+    vocab = padded(max(ids.values()) + 1)
+    _write_json(out / "config.json", dream_config(ids, vocab, tie))
     _write_json(out / "tokenizer_config.json", {
         "bos_token": None, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "mask_token": "<|mask|>",
         "tokenizer_class": "Qwen2Tokenizer"})
@@ -279,14 +283,7 @@ def write_dream_release(out: Path, *, variant: str = "dream", seed: int = 5) -> 
     added = (*QWEN2_ADDED, *(("<|dlm_pad|>",) if variant == "diffucoder" else ()), "<|mask|>")
     ids = write_qwen2_slow_tokenizer(out, added, pad, "DreamTokenizer")
     vocab = padded(max(ids.values()) + 1)
-    config = {
-        "architectures": ["DreamModel"],
-        "auto_map": {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"},
-        "model_type": "Dream", **_qwen2_config(vocab, False),
-        "mask_token_id": ids["<|mask|>"], "pad_token_id": ids["<|endoftext|>"],
-        "bos_token_id": ids["<|beginoftext|>"], "eos_token_id": ids["<|endoftext|>"],
-    }
-    _write_json(out / "config.json", config)
+    _write_json(out / "config.json", dream_config(ids, vocab, False))
     generation = {"bos_token_id": ids["<|beginoftext|>"], "eos_token_id": ids["<|endoftext|>"],
                   "pad_token_id": ids["<|endoftext|>"], "mask_token_id": ids["<|mask|>"], "transformers_version": "4.46.2"}
     if variant == "diffucoder":
