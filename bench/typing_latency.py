@@ -5,8 +5,9 @@
 
 In-process, through Textual's pilot: the file is the standard library's argparse.py repeated to
 N lines; the cursor goes to the end of line 100, then each key press is timed from the press
-until the app is idle again (the key handled, the screen refreshed). Also the time from start
-to the first idle screen (open). Rows: sharpen (its EditorArea, Python highlighting), the bare
+until the app is idle again (the key handled, the screen refreshed): typing a character, moving
+the cursor down, extending the selection, paging down (medians). Also the time from start to
+the first idle screen (open). Rows: sharpen (its EditorArea, Python highlighting), the bare
 `TextArea.code_editor` with Python highlighting, and the bare one without a language. The
 measured table and what it shows are in docs/editor.md. A benchmark: it prints a table.
 """
@@ -39,7 +40,17 @@ class Bare(App):
         yield TextArea.code_editor(self.text, language=self.language)
 
 
-async def measure(make, keys: int) -> tuple[float, list[float]]:
+async def timed_keys(pilot, key: str, times: int) -> list[float]:
+    out = []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        await pilot.press(key)
+        await pilot.pause()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+async def measure(make, keys: int) -> tuple[float, dict[str, list[float]]]:
     started = time.perf_counter()
     app = make()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -49,12 +60,8 @@ async def measure(make, keys: int) -> tuple[float, list[float]]:
         area.focus()
         area.move_cursor((99, len(area.document.lines[99])))
         await pilot.pause()
-        times = []
-        for _ in range(keys):
-            t0 = time.perf_counter()
-            await pilot.press("x")
-            await pilot.pause()
-            times.append(time.perf_counter() - t0)
+        times = {"type": await timed_keys(pilot, "x", keys), "cursor": await timed_keys(pilot, "down", keys),
+                 "select": await timed_keys(pilot, "shift+right", keys), "scroll": await timed_keys(pilot, "pagedown", keys)}
     return opened, times
 
 
@@ -67,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     from sharpen.app.tui.editor_app import SharpenApp
     from sharpen.app.tui.themes import load_themes
 
-    print("| editor | lines | open s | keystroke ms (median) | keystroke ms (p90) |")
-    print("|---|---|---|---|---|")
+    print("| editor | lines | open s | type ms | cursor down ms | shift+right ms | page down ms |")
+    print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(x) for x in args.lines.split(",")):
             text = source_of(n)
@@ -81,9 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             }
             for name, make in makers.items():
                 opened, times = asyncio.run(measure(make, args.keys))
-                ms = sorted(t * 1000 for t in times)
-                p90 = ms[min(len(ms) - 1, int(0.9 * len(ms)))]
-                print(f"| {name} | {n} | {opened:.2f} | {statistics.median(ms):.1f} | {p90:.1f} |")
+                medians = [statistics.median(t * 1000 for t in times[k]) for k in ("type", "cursor", "select", "scroll")]
+                print(f"| {name} | {n} | {opened:.2f} | " + " | ".join(f"{m:.1f}" for m in medians) + " |")
                 sys.stdout.flush()
     return 0
 

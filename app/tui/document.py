@@ -66,9 +66,15 @@ class StrictSyntaxDocument(SyntaxAwareDocument, StrictDocument):
 class MeasuredWrappedDocument(WrappedDocument):
     """Textual's WrappedDocument with its height kept instead of summed over every line each
     time it is read: TextArea reads it once per rendered line, which made every repaint of a
-    50,000-line file cost seconds (docs/textual-upstream.md). Recomputed once per (re)wrap."""
+    50,000-line file cost seconds (docs/textual-upstream.md). Recomputed once per (re)wrap.
+
+    And a wrap at the width and tab width it already has is skipped: TextArea asks for one at
+    every layout pass (16 times while a file opens), each a pass over every line's tabs; edits
+    keep the wrapping current through wrap_range.
+    """
 
     _height: int | None = None
+    _wrapped_for: tuple[int, int | None] | None = None
 
     @property
     def height(self) -> int:
@@ -77,8 +83,11 @@ class MeasuredWrappedDocument(WrappedDocument):
         return self._height
 
     def wrap(self, width: int, tab_width: int | None = None) -> None:
+        if self._wrapped_for == (width, tab_width):
+            return
         self._height = None
         super().wrap(width, tab_width)
+        self._wrapped_for = (width, tab_width)
         self._height = None
 
     def wrap_range(self, start: Location, old_end: Location, new_end: Location) -> None:

@@ -118,7 +118,7 @@ class EditorArea(TextArea):
         # The editor's documents split lines at real line breaks only (document.py). Textual's
         # own is never built for a language (it would parse the whole file a second time): the
         # language and its highlight query are resolved as Textual resolves them.
-        super()._set_document(text, None)  # plain: sets up the rest of the widget's state
+        self._highlight_query = None
         document = StrictDocument(text)
         if language and TREE_SITTER:
             registered = self._languages.get(language)
@@ -130,11 +130,13 @@ class EditorArea(TextArea):
                     self._highlight_query = document.prepare_query(query)
                 except SyntaxAwareDocumentError:
                     document = StrictDocument(text)
+        # The rest is Textual's own _set_document (textual/widgets/_text_area.py), done once.
         self.document = document
         self.wrapped_document = MeasuredWrappedDocument(document, tab_width=self.indent_width)
         self.navigator = DocumentNavigator(self.wrapped_document)
         self._build_highlight_map()
         self.move_cursor((0, 0))
+        self._rewrap_and_refresh_virtual_size()
 
     # -- text and offsets ---------------------------------------------------------------
 
