@@ -179,7 +179,8 @@ class Progress:
         if self.enabled:
             self.open = True
             rate = f"{(frame.total_steps and (frame.step / max(frame.elapsed, 1e-9))):.1f} steps/s"
-            sys.stderr.write(f"\rsharpen: step {frame.step}/{frame.total_steps}, {frame.masked} masked, {rate}  ")
+            unsharp = "noise" if frame._sharp is not None else "masked"  # random-token models show noise, not masks
+            sys.stderr.write(f"\rsharpen: step {frame.step}/{frame.total_steps}, {frame.masked} {unsharp}, {rate}  ")
             sys.stderr.flush()
 
     def finish(self, result) -> None:
@@ -244,9 +245,13 @@ def _run(job: HeadlessJob, config: Config, denoiser) -> int:
     progress = Progress(sys.stderr.isatty() and not job.quiet)
     started = time.perf_counter()
     result = None
+    sharp_per_step: list[int] = []  # --json: slots sharp (committed, or accepted this step) after each step
     try:
         for update in run_edit(denoiser, source.text, spans, config.sampling, **options):
             progress.update(update.frame)
+            if job.output == "json" and not update.done:
+                frame = update.frame
+                sharp_per_step.append(sum(len(s.tokens) for s in frame.spans) - frame.masked)
             result = update.result or result
     except BaseException:
         progress.abort()
@@ -254,11 +259,12 @@ def _run(job: HeadlessJob, config: Config, denoiser) -> int:
     if result is None:
         raise Cancelled("the edit was cancelled; nothing was written")
     progress.finish(result)
-    write_result(job, source, spans, result, denoiser, time.perf_counter() - started)
+    write_result(job, source, spans, result, denoiser, time.perf_counter() - started, sharp_per_step)
     return 0
 
 
-def write_result(job: HeadlessJob, source: TextFile, spans: list[Span], result, denoiser, seconds: float) -> None:
+def write_result(job: HeadlessJob, source: TextFile, spans: list[Span], result, denoiser, seconds: float,
+                 sharp_per_step: list[int] = ()) -> None:
     new_text = result.changes().apply(source.text)  # the engine's edit, applied here as in the editor
     if job.in_place:
         if new_text == source.text:
@@ -285,6 +291,10 @@ def write_result(job: HeadlessJob, source: TextFile, spans: list[Span], result, 
             "seconds": round(seconds, 4),
             "denoise_seconds": round(result.seconds, 4),
             "tokens_per_second": round(result.tokens / max(result.seconds, 1e-9), 2),
+            # How the canvas starts: "mask" (masked diffusion) or "random" (DiffusionGemma: noise
+            # re-drawn every step). sharp_per_step[k]: slots sharp after step k (0: the start).
+            "noise": getattr(denoiser, "noise", "mask"),
+            "sharp_per_step": list(sharp_per_step),
             "spans": [
                 {
                     "range": format_range(index, r.span.start, r.span.end),

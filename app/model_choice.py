@@ -109,7 +109,7 @@ def load_model(request: ModelRequest = ModelRequest(), quiet: bool = False, edit
     """
     import torch
 
-    from ..core import families
+    from ..core import families, gemma
     from ..core.loading import embedded_model_path, load_denoiser, model_config, read_config
     from ..core.memory_fit import parameter_split
     from ..core.quantize import check_quantization
@@ -117,6 +117,11 @@ def load_model(request: ModelRequest = ModelRequest(), quiet: bool = False, edit
     device = resolve_device(request.device)
     path, repo_id = resolve_model_path(request.model)
     config = read_config(path or embedded_model_path())
+    if path is not None and gemma.is_diffusion_gemma(config):
+        denoiser = _load_gemma(request, path, config, device, quiet, editor, repo_id)
+        if repo_id:
+            denoiser.spec = replace(denoiser.spec, name=repo_id)
+        return denoiser
     try:
         families.family_for(config)
         native = True
@@ -188,3 +193,46 @@ def _load_remote(request: ModelRequest, path: Path, device: str, dtype):
         device_map=device_map,
         max_memory=placement.parse_max_memory(spec) if spec else None,
     )
+
+
+def _load_gemma(request: ModelRequest, path: Path, config: dict, device: str, quiet: bool, editor: bool, repo_id: str | None):
+    """DiffusionGemma through transformers' own class (core/gemma.py): threads, the fit check
+    and placement as for the native families; accelerate spreads it when one GPU is too small."""
+    import torch
+
+    from ..core import gemma, memory_fit
+    from ..core.placement import human
+
+    if request.quantize is not None:
+        raise UsageError("--quantize does not reach DiffusionGemma yet: its experts are 3-D tensors torchao's weight-only "
+                         "configs leave alone; use --dtype bfloat16 with --device-map auto (docs/models.md)")
+    if request.compile != "off":
+        raise UsageError("--compile does not reach DiffusionGemma yet; leave it off")
+    dtype = resolve_dtype(request.dtype, device)
+    try:
+        parameters = gemma.parameter_count(config)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ModelError(f"{path}/config.json is not a DiffusionGemma config transformers accepts: {str(exc).splitlines()[0]}") from None
+    torch.set_num_threads(cpu_threads(request, parameters, editor))
+    need = int(parameters * torch.finfo(dtype).bits / 8)
+    machine = memory_fit.this_machine()
+    spread = request.device_map == "auto" or request.max_memory is not None
+    if device.startswith("cuda") and not spread and need * 1.2 > machine.best_gpu_free:
+        spread = True  # as for the native families: accelerate places what one GPU cannot hold
+    if not request.force_load:
+        room = (sum(free for _, free, _ in machine.gpus) + machine.ram_available) if device.startswith("cuda") else machine.ram_available
+        if memory_fit.verdict(need, room) == "does not fit":
+            name = repo_id or str(path)
+            raise ModelError(f"{name} needs {human(need)} as {str(dtype).removeprefix('torch.')}, more than the {human(room)} free here; "
+                             "it fits a 96 GB card in bfloat16, or two 48 GB cards with --device-map auto; --force-load tries anyway")
+    max_memory = None
+    if request.max_memory:
+        from ..core import placement
+
+        max_memory = placement.parse_max_memory(request.max_memory)
+    if spread and not quiet:
+        sys.stderr.write(f"sharpen: DiffusionGemma spread over the devices by accelerate (device_map=auto{', max_memory ' + request.max_memory if max_memory else ''})\n")
+    try:
+        return gemma.load_gemma(path, device=device, dtype=dtype, device_map="auto" if spread else None, max_memory=max_memory)
+    except (RuntimeError, ValueError) as exc:
+        raise ModelError(f"cannot load the model on {device}: {str(exc).splitlines()[0]}") from None

@@ -123,8 +123,8 @@ def parse_edit_list(source: str, text: str, name: str = "edits", path: str | Non
             raise UsageError(f"{name}: edit {n}: max_tokens must be an integer")
         if not isinstance(strength, (int, float)) or isinstance(strength, bool):
             raise UsageError(f"{name}: edit {n}: strength must be a number")
-        if not 0 < strength <= 1:  # before float(): a 400-digit integer would overflow it
-            raise UsageError(f"{name}: edit {n}: strength must be in (0, 1]")
+        if not 0 <= strength <= 1:  # before float(): a 400-digit integer would overflow it
+            raise UsageError(f"{name}: edit {n}: strength must be in [0, 1]")
         if instruction is not None and not isinstance(instruction, str):
             raise UsageError(f"{name}: edit {n}: instruction must be a string")
         found = syntax_range(item["range"], text, index, path)

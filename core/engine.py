@@ -21,6 +21,7 @@ from .errors import Cancelled, UsageError
 from .instruct import build_instruct_canvas, uses_chat
 from .length import AdaptiveLength, filled_up, next_budgets, start_budget
 from .newlines import match_newlines, newline_style
+from .renoise import renoise, split_canvas
 from .sampler import Frame, LoopRules, denoise
 from .settings import LENGTHS, Editing, Sampling
 from .spans import Span, validate_spans
@@ -68,6 +69,17 @@ class EditFrame:
     @property
     def done(self) -> bool:
         return self.frame.done
+
+
+def random_noise(denoiser) -> bool:
+    """Whether the model refines random tokens (DiffusionGemma: core/renoise.py) instead of masks."""
+    return getattr(denoiser, "noise", "mask") == "random"
+
+
+def slot_room(denoiser) -> int:
+    """The most slots one span may grow to: half the canvas, so slots never crowd out all context
+    (an encoder-decoder's canvas is its decoder's block; the context lives in the encoder)."""
+    return (denoiser.canvas_length if random_noise(denoiser) else denoiser.max_len) // 2
 
 
 def check_instructions(denoiser: DenoiserLike, spans: list[Span]) -> None:
@@ -155,6 +167,8 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
     tok, spec = denoiser.tokenizer, denoiser.spec
     pad = spec.pad_id if spec.pad_id is not None else spec.eos_id
     row_lengths = None
+    if random_noise(denoiser) and candidates is not None:
+        raise UsageError("--candidates needs a masked-diffusion model; this one starts from random tokens (use --samples for alternatives)")
     if uses_chat(ordered):  # an instruction: the canvas is a chat turn (instruct.py)
         canvas = build_instruct_canvas(text, ordered, tok, spec, context_tokens, denoiser.max_len)
     elif candidates is not None and pad is not None:
@@ -165,8 +179,13 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
             denoiser = ExactRows(denoiser, canvas, settings.samples)
     else:
         canvas = build_canvas(text, ordered, tok, spec.mask_id, context_tokens, denoiser.max_len)
+    if random_noise(denoiser):  # an encoder-decoder from noise (core/renoise.py): context to the encoder
+        layout = split_canvas(canvas, denoiser.bos_id, denoiser.canvas_length)
+        frames = renoise(denoiser, layout, settings, should_stop, spec.end_ids)
+    else:
+        frames = denoise(denoiser, canvas, settings, should_stop, rules)
     started = time.perf_counter()
-    for frame in denoise(denoiser, canvas, settings, should_stop, rules):
+    for frame in frames:
         if not frame.done:
             yield EditFrame(frame)
             continue
@@ -207,7 +226,7 @@ def _adaptive_runs(denoiser, text: str, ordered: list[Span], settings: Sampling,
     end_ids = denoiser.spec.end_ids
     selected = selected_tokens(text, ordered, denoiser.tokenizer)
     budgets = [start_budget(s, n, policy) for s, n in zip(ordered, selected)]
-    room = denoiser.max_len // 2  # never let slots crowd out all context
+    room = slot_room(denoiser)
     caps = [min(s.max_tokens or policy.max_tokens, room) for s in ordered]
     steps, seconds = 0, 0.0
     for round_ in range(policy.rounds):

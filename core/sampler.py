@@ -57,9 +57,12 @@ class LoopRules:
 
 @dataclass(frozen=True)
 class SpanState:
-    tokens: tuple[int | None, ...]  # committed ids, None where still masked
+    tokens: tuple[int | None, ...]  # committed (sharp) ids, None where still masked or noise
     confidence: tuple[float, ...]  # probability at commit, or of the current guess while masked
     guesses: tuple[int, ...]  # the model's current best token for every slot (the blurry preview)
+    # Random-token families (core/renoise.py): the noise token each unsharp slot holds this
+    # step (None where sharp); None for masked families, whose unsharp slots hold the mask.
+    noise: tuple[int | None, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -76,11 +79,23 @@ class Frame:
     final_ids: tuple[tuple[tuple[int, ...], ...], ...] | None = None  # done only: [sample][span] slot ids
     sample_scores: tuple[float, ...] | None = None  # done only: mean log-probability of each sample's slots
     final_confidence: tuple[tuple[tuple[float, ...], ...], ...] | None = None  # done only: [sample][span] per-slot probability
+    _sharp: torch.Tensor | None = field(default=None, repr=False)  # [T] bool, random-token loops: accepted (else noise)
 
     @cached_property
     def spans(self) -> tuple[SpanState, ...]:
         """Per span, the first sample's state (converted from device tensors on first read)."""
         row, conf, guess = self._ids.tolist(), self._confidence.tolist(), self._guesses.tolist()
+        if self._sharp is not None:
+            sharp = self._sharp.tolist()
+            return tuple(
+                SpanState(
+                    tokens=tuple(row[p] if sharp[p] else None for p in r),
+                    confidence=tuple(conf[p] for p in r),
+                    guesses=tuple(guess[p] for p in r),
+                    noise=tuple(None if sharp[p] else row[p] for p in r),
+                )
+                for r in self._slots
+            )
         return tuple(
             SpanState(
                 tokens=tuple(None if row[p] == self._mask_id else row[p] for p in r),
@@ -348,6 +363,6 @@ def _renoise_rewrites(denoiser: DenoiserLike, canvas: Canvas, rules: LoopRules, 
         p_now = torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float64).float()
         confidence.fill_(1.0)
     for span, r in rewrites:
-        n = max(1, math.ceil(span.strength * len(r)))
+        n = math.ceil(span.strength * len(r))  # strength 0 re-masks nothing: the draft comes back
         weakest = p_now[:, r.start:r.stop].argsort(dim=1, stable=True)[:, :n] + r.start  # [B, n]
         x.scatter_(1, weakest, denoiser.spec.mask_id)

@@ -202,7 +202,7 @@ class Editing(Request):
     context_tokens: int = setting(1024, "fixed context around the spans, in tokens", low=0, metavar="N")
     length: str = setting("fixed", "infill length: the slot budget, or adaptive (grow while the model fills the span)", choices=LENGTHS)
     candidates: int = setting(1, "N candidate lengths per infill span in one batch, ranked by parse validity then confidence (1: off)", low=1, high=16, metavar="N")
-    strength: float = setting(0.5, "rewrite: share of the span re-noised", low=0.0, high=1.0, low_open=True, metavar="F")
+    strength: float = setting(0.5, "rewrite: share of the span re-noised (0: none)", low=0.0, high=1.0, metavar="F")
     # A bare cursor has no selection to size the slots by; pad/eos trims what is not used.
     infill_tokens: int = setting(32, "slots for an infill at a bare cursor", low=1, high=4096, flag=False)
 

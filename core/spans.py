@@ -40,8 +40,8 @@ def validate_spans(text: str, spans: list[Span]) -> list[Span]:
             raise SpanError(f"span {span.name}: a rewrite needs a non-empty span")
         if span.max_tokens is not None and not 1 <= span.max_tokens <= 4096:
             raise SpanError(f"span {span.name}: max_tokens must be between 1 and 4096")
-        if not 0.0 < span.strength <= 1.0:
-            raise SpanError(f"span {span.name}: strength must be in (0, 1]")
+        if not 0.0 <= span.strength <= 1.0:  # 0: nothing re-noised (DiffusionGemma still refines the draft)
+            raise SpanError(f"span {span.name}: strength must be in [0, 1]")
     ordered = sorted(spans, key=lambda s: (s.start, s.end))
     for before, after in zip(ordered, ordered[1:]):
         if after.start == before.start == before.end == after.end:

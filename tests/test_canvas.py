@@ -94,7 +94,7 @@ def test_infill_slot_budget():
         ([Span(-1, 2)], "outside the text"),
         ([Span(2, 2, mode="rewrite")], "non-empty"),
         ([Span(1, 1), Span(1, 1)], "overlaps"),
-        ([Span(0, 2, strength=0.0, mode="rewrite")], "strength"),
+        ([Span(0, 2, strength=-0.1, mode="rewrite")], "strength"),
         ([Span(0, 2, max_tokens=0)], "max_tokens"),
         ([], "no span"),
     ],

@@ -14,10 +14,12 @@ from .family import Family, expand_weight_map
 __all__ = ["FAMILIES", "Family", "expand_weight_map", "family_for", "known_families"]
 
 FAMILIES: tuple[Family, ...] = (sharpen_native.SHARPEN, llada.LLADA, dream.DREAM, open_dcoder.OPEN_DCODER)
+# Families that do not map onto the backbone: they load through transformers' own model class.
+TRANSFORMERS_FAMILIES = ("diffusion_gemma",)  # core/gemma.py
 
 
 def known_families() -> list[str]:
-    return sorted(f.name for f in FAMILIES)
+    return sorted([f.name for f in FAMILIES] + list(TRANSFORMERS_FAMILIES))
 
 
 def family_for(config: dict) -> Family:

@@ -1,0 +1,252 @@
+"""DiffusionGemma: random-token block diffusion, run through transformers' own model class.
+
+Google's DiffusionGemma is an encoder-decoder: a causal encoder reads the context once and
+keeps its keys and values; a bidirectional decoder refines a canvas (256 tokens in the
+release) against that cache, fed its own previous logits (self-conditioning). Its canvas
+starts from random tokens, not masks. transformers implements the model natively
+(`model_type: diffusion_gemma`), so it loads without remote code; sharpen drives it step by
+step (core/renoise.py) instead of calling the opaque `generate`, so every step is a frame.
+
+`GemmaDenoiser` holds the model and answers the two calls the loop makes: `encode` (the
+context, once) and `canvas_logits` (one decoder pass). Its `schedule` comes from the
+checkpoint's generation_config.json, with transformers' own defaults where it is silent.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .denoiser import ModelSpec
+from .errors import ModelError
+from .families.hf import read_generation_config, read_tokenizer_config
+from .jsonfile import read_json_object
+from .tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+FAMILY = "diffusion_gemma"
+MODEL_TYPES = ("diffusion_gemma",)
+NEEDS_TRANSFORMERS = "5.23"  # the release that ships the loop core/renoise.py follows step for step
+END_NAMES = ("<turn|>", "<end_of_turn>", "<eos>")  # tokens that end the model's answer (Gemma 4, Gemma 3, both)
+PLACEHOLDER_NAMES = ("<mask>",)  # a layout placeholder for the slots; the model never sees it
+
+
+@contextlib.contextmanager
+def quiet_imports():
+    """transformers imports torchao when it is installed, and torchao logs on stderr about CUDA
+    kernels a CPU machine lacks (and torch about an enum it registers); transformers logs its
+    loading notes. None of it is news to the user, and stderr is the user's."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree", "transformers")]
+    levels = [one.level for one in loggers]
+    for one in loggers:
+        one.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for one, level in zip(loggers, levels):
+            one.setLevel(level)
+
+
+def is_diffusion_gemma(config: dict) -> bool:
+    return config.get("model_type") in MODEL_TYPES
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The diffusion settings of generation_config.json (transformers' defaults where it is silent)."""
+
+    max_steps: int = 48  # max_denoising_steps
+    entropy_bound: float = 0.1  # sampler_config.entropy_bound: how much joint entropy a step may accept
+    t_min: float = 0.4  # temperature at the last step
+    t_max: float = 0.8  # temperature at the first step
+    stability: int = 1  # stability_threshold: steps the argmax canvas must repeat to stop early
+    confidence: float = 0.005  # confidence_threshold: mean entropy below which a stable canvas stops
+
+    def temperature(self, steps_left: torch.Tensor, max_steps: int) -> torch.Tensor:
+        """The linear schedule, computed as transformers computes it (an int32 step tensor, so
+        the division rounds the same and sampling matches its `generate` bit for bit)."""
+        return self.t_min + (self.t_max - self.t_min) * (steps_left / max_steps)
+
+
+def read_schedule(generation_config: dict) -> Schedule:
+    """generation_config.json's diffusion keys over transformers' defaults."""
+    default = Schedule()
+    sampler = generation_config.get("sampler_config") or {}
+    values = {
+        "max_steps": generation_config.get("max_denoising_steps"),
+        "entropy_bound": sampler.get("entropy_bound") if isinstance(sampler, dict) else None,
+        "t_min": generation_config.get("t_min"),
+        "t_max": generation_config.get("t_max"),
+        "stability": generation_config.get("stability_threshold"),
+        "confidence": generation_config.get("confidence_threshold"),
+    }
+    chosen = {k: (v if v is not None else getattr(default, k)) for k, v in values.items()}
+    schedule = Schedule(**chosen)
+    if not (isinstance(schedule.max_steps, int) and schedule.max_steps > 0 and schedule.entropy_bound > 0
+            and 0 <= schedule.t_min < schedule.t_max and schedule.stability >= 0 and schedule.confidence > 0):
+        raise ModelError(f"generation_config.json has diffusion settings sharpen cannot use: {schedule}")
+    return schedule
+
+
+@dataclass
+class Context:
+    """The encoder's pass over the text before the canvas: its cache and where the canvas sits."""
+
+    cache: object  # transformers DynamicCache, read (never written) by the decoder
+    decoder_mask: dict  # the decoder's attention masks, built once per canvas shape
+    positions: torch.Tensor  # [1, C] int32 canvas positions, after the context
+
+
+class GemmaDenoiser:
+    """A DiffusionGemmaForBlockDiffusion seen through what core/renoise.py needs."""
+
+    supports_cache = False  # the masked loop's partial-canvas cache does not apply
+    noise = "random"  # the canvas starts from random tokens (core/renoise.py), not masks
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, spec: ModelSpec, schedule: Schedule) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.spec = spec
+        self.schedule = schedule
+        self.vocab_size = model.config.text_config.vocab_size
+        self.canvas_length = model.config.canvas_length
+        self.bos_id = model.config.text_config.bos_token_id
+        self.passes = 0  # decoder passes so far (one per step: measured in tests and bench/)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.model.decoder.embed_tokens.weight.device
+
+    @property
+    def max_len(self) -> int:
+        return self.model.config.text_config.max_position_embeddings
+
+    @property
+    def banned_ids(self) -> torch.Tensor:
+        return torch.empty(0, dtype=torch.long, device=self.device)  # the reference bans nothing
+
+    @property
+    def embedding_dtype(self) -> torch.dtype:
+        return self.model.model.decoder.embed_tokens.weight.dtype
+
+    @torch.inference_mode()
+    def encode(self, ids: torch.Tensor, canvas_length: int) -> Context:
+        """One encoder pass over `ids` [B, L]; the cache the decoder reads for every step."""
+        from transformers import DynamicCache
+
+        B, L = ids.shape
+        device = ids.device
+        cache = DynamicCache(config=self.model.config.get_text_config(decoder=True))
+        positions = torch.arange(0, L, dtype=torch.int32, device=device).unsqueeze(0)
+        attention = torch.ones((B, L), dtype=torch.bool, device=device)
+        encoder = self.model.model.encoder
+        shape_only = torch.empty((B, L, 0), dtype=self.model.dtype, device=device)
+        masks = encoder.create_masks_for_generate(config=self.model.config, inputs_embeds=shape_only, attention_mask=attention,
+                                                  past_key_values=cache, position_ids=positions, mm_token_type_ids=None)
+        encoder(input_ids=ids.contiguous(), attention_mask=masks, past_key_values=cache, position_ids=positions)
+        decoder_attention = torch.nn.functional.pad(attention, (0, canvas_length), value=True)
+        decoder_mask = self.model.model.decoder.create_diffusion_decoder_attention_mask(
+            config=self.model.config, inputs_embeds=torch.empty((B, canvas_length, 1), device=device),
+            past_key_values=cache, decoder_attention_mask=decoder_attention)
+        canvas_positions = torch.arange(L, L + canvas_length, dtype=torch.int32, device=device).unsqueeze(0)
+        return Context(cache, decoder_mask, canvas_positions)
+
+    @torch.inference_mode()
+    def canvas_logits(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, context: Context) -> torch.Tensor:
+        """One decoder pass: canvas [B, C] (+ the previous step's logits) -> logits [B, C, V] float32."""
+        self.passes += 1
+        out = self.model(decoder_input_ids=canvas, self_conditioning_logits=self_conditioning,
+                         decoder_attention_mask=context.decoder_mask, past_key_values=context.cache,
+                         decoder_position_ids=context.positions)
+        return out.logits
+
+
+def _token(tokenizer: Tokenizer, names: tuple[str, ...]) -> int | None:
+    for name in names:
+        if (found := tokenizer.token_id(name)) is not None:
+            return found
+    return None
+
+
+def _ids(value) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in (value if isinstance(value, list) else [value])]
+
+
+def gemma_spec(path: Path, config: dict, tokenizer: Tokenizer, generation: dict) -> ModelSpec:
+    """Special ids from the files: end tokens from generation_config.json and config.json, the
+    end-of-turn token the chat template closes an answer with, the template itself."""
+    text = config.get("text_config") or {}
+    vocab = int(text.get("vocab_size", tokenizer.vocab_size))
+    ends = _ids(generation.get("eos_token_id")) or _ids(text.get("eos_token_id"))
+    turn_end = _token(tokenizer, END_NAMES)
+    pad = generation.get("pad_token_id", text.get("pad_token_id"))
+    placeholder = _token(tokenizer, PLACEHOLDER_NAMES)
+    if placeholder is None or placeholder in (pad, *ends):
+        placeholder = vocab - 1
+    template = read_tokenizer_config(path).get("chat_template")
+    others = tuple(i for i in dict.fromkeys([*ends, *([turn_end] if turn_end is not None else [])]) if i != pad)
+    return ModelSpec(
+        family=FAMILY,
+        mask_id=placeholder,
+        pad_id=int(pad) if pad is not None else None,
+        eos_id=ends[0] if ends else None,
+        chat_template=template if isinstance(template, str) else None,
+        name=config.get("name", path.name),
+        other_end_ids=others,
+    )
+
+
+def load_gemma(path: Path, device: str = "cpu", dtype: torch.dtype | None = None, device_map=None, max_memory=None) -> GemmaDenoiser:
+    """Load a DiffusionGemma checkpoint directory through transformers' own class."""
+    try:
+        with quiet_imports():
+            from transformers import DiffusionGemmaForBlockDiffusion
+    except ImportError:
+        raise ModelError(f"DiffusionGemma needs transformers {NEEDS_TRANSFORMERS} or newer: pip install -U transformers") from None
+    config = read_json_object(path / "config.json")
+    if not isinstance(config.get("text_config"), dict):
+        raise ModelError(f"{path}/config.json has no text_config; it is not a DiffusionGemma release")
+    tokenizer = Tokenizer.from_directory(path)  # a ModelError naming what is missing
+    generation = read_generation_config(path)
+    spec = gemma_spec(path, config, tokenizer, generation)
+    schedule = read_schedule(generation)
+    kwargs = {"dtype": dtype or torch.float32}
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+        if max_memory:
+            kwargs["max_memory"] = max_memory
+    try:
+        with quiet_imports():
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()  # its loading bar is not the user's business
+            model = DiffusionGemmaForBlockDiffusion.from_pretrained(str(path), local_files_only=True, **kwargs)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelError(f"cannot load DiffusionGemma from {path}: {str(exc).splitlines()[0]}") from None
+    if device_map is None:
+        model = model.to(device)
+    spec.check(model.config.text_config.vocab_size)
+    log.info("loaded DiffusionGemma from %s (%s, %s)", path, device_map or device, kwargs["dtype"])
+    return GemmaDenoiser(model, tokenizer, spec, schedule)
+
+
+def parameter_count(config: dict) -> int:
+    """Exact parameter count of the checkpoint's model, built on the meta device (no memory)."""
+    from accelerate import init_empty_weights
+
+    try:
+        with quiet_imports():
+            from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+    except ImportError:
+        raise ModelError(f"DiffusionGemma needs transformers {NEEDS_TRANSFORMERS} or newer: pip install -U transformers") from None
+
+    cfg = DiffusionGemmaConfig(**{k: v for k, v in config.items() if k not in ("architectures", "transformers_version", "dtype", "torch_dtype", "model_type")})
+    with init_empty_weights():
+        model = DiffusionGemmaForBlockDiffusion(cfg)
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
