@@ -202,3 +202,43 @@ def test_a_release_without_its_tokenizer_or_with_a_wrong_model_type_is_one_line_
         assert proc.returncode == 4 and proc.stdout == ""
         assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
     assert target.read_text() == TEXT
+
+
+def test_noise_pieces_are_the_random_tokens_drawn_faint():
+    from sharpen.app.tui.preview import MASK_GLYPH, NOISE, SURE, span_pieces
+
+    decode = lambda ids: [{1: "ab", 2: "\n", 3: "x"}[i] for i in ids]  # noqa: E731
+    pieces = span_pieces((None, None, 3), (0.1, 0.1, 0.99), decode, set(), noise=(1, 2, None))
+    assert [(p.text, p.kind) for p in pieces] == [("ab" + MASK_GLYPH, NOISE), ("x", SURE)]  # no line break drawn
+
+
+async def test_the_editor_shows_noise_settling_and_keeps_the_suffix(gemma, tmp_path):
+    from pilot import Config, make_app, wait_for, with_model
+
+    from sharpen.app.tui.editor_pane import IDLE, PREVIEW
+    from sharpen.app.tui.preview import NOISE
+
+    path = tmp_path / "add.py"
+    path.write_text(TEXT)
+    app = make_app([path], Config.of(steps=6, frame_rate=60, min_step_ms=60))
+    kinds_seen: list[set[str]] = []
+    async with app.run_test(size=(100, 24)) as pilot:
+        await with_model(app, pilot, gemma)
+        pane = app.active_pane()
+        editor = pane.editor
+        editor.selection = ((1, 4), (1, 16))
+        start, end = editor.selected_offsets()
+        await pilot.press("alt+i")
+        for _ in range(400):
+            kinds_seen.append({kind for styles in pane.preview.layout_shown.line_styles.values() for _, _, kind in styles})
+            if pane.phase == PREVIEW:
+                break
+            await pilot.pause(0.01)
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        assert any(NOISE in kinds for kinds in kinds_seen)  # noise was drawn while the run went on
+        final_kinds = {kind for styles in pane.preview.layout_shown.line_styles.values() for _, _, kind in styles}
+        assert NOISE not in final_kinds  # the finished preview is text
+        await pilot.press("tab")
+        assert pane.phase == IDLE
+        new = editor.buffer_text
+        assert new[:start] == TEXT[:start] and new.endswith(TEXT[end:])

@@ -55,7 +55,7 @@ class EditJob:
 
 def frame_pieces(frame, denoiser) -> list[list[Piece]]:
     end_ids = set(denoiser.spec.end_ids)
-    return [span_pieces(s.tokens, s.confidence, denoiser.tokenizer.pieces, end_ids) for s in frame.spans]
+    return [span_pieces(s.tokens, s.confidence, denoiser.tokenizer.pieces, end_ids, s.noise) for s in frame.spans]
 
 
 def run_job(job: EditJob, denoiser, post: Callable, should_stop: Callable[[], bool]) -> None:

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from ...core.changes import ChangeSet
 
 MASKED, DOUBTFUL, UNSURE, SURE, FINAL = "masked", "doubtful", "unsure", "sure", "final"
+NOISE = "noise"  # a random-token model's slot still noise: the random token itself, faint, new each step
 MARKED = "marked"  # a region marked for a later parallel edit, outside this run's spans
-KINDS = (MASKED, DOUBTFUL, UNSURE, SURE, FINAL, MARKED)
+KINDS = (MASKED, NOISE, DOUBTFUL, UNSURE, SURE, FINAL, MARKED)
 MASK_GLYPH = "░"  # one per still-masked slot: the blur that sharpens into text
 EMPTY_GLYPH = "∅"  # a finished span whose result is empty, so the preview still shows where it is
 SURE_AT = 0.9  # confidence at or above which a token is drawn at full strength
@@ -42,14 +43,23 @@ def merge(pieces: list[Piece]) -> list[Piece]:
     return out
 
 
-def span_pieces(tokens, confidence, decode_pieces, end_ids) -> list[Piece]:
+def noise_text(piece: str) -> str:
+    """A noise token as drawn: its own characters, line breaks, tabs and control characters
+    as MASK_GLYPH, so noise changes from step to step without making the lines jump."""
+    shown = "".join(ch if ch.isprintable() and ch not in "\t\n\r" else MASK_GLYPH for ch in piece)
+    return shown or MASK_GLYPH
+
+
+def span_pieces(tokens, confidence, decode_pieces, end_ids, noise=None) -> list[Piece]:
     """One span of a frame -> pieces: masked slots as MASK_GLYPH, pad/eos hidden, text by confidence.
 
     `decode_pieces(ids)` is the tokenizer's per-token display strings; runs of committed
-    tokens are decoded together so characters split across tokens come out whole.
+    tokens are decoded together so characters split across tokens come out whole. `noise`
+    (random-token models): the token each unsharp slot holds, drawn faint as noise_text.
     """
     pieces: list[Piece] = []
     run: list[tuple[int, float]] = []
+    noise = noise or (None,) * len(tokens)
 
     def flush() -> None:
         if run:
@@ -57,8 +67,11 @@ def span_pieces(tokens, confidence, decode_pieces, end_ids) -> list[Piece]:
             pieces.extend(Piece(text, confidence_kind(p)) for text, (_, p) in zip(texts, run))
             run.clear()
 
-    for token, p in zip(tokens, confidence):
-        if token is None:
+    for token, p, drawn in zip(tokens, confidence, noise):
+        if token is None and drawn is not None:
+            flush()
+            pieces.append(Piece(noise_text(decode_pieces([drawn])[0]), NOISE))
+        elif token is None:
             flush()
             pieces.append(Piece(MASK_GLYPH, MASKED))
         elif token in end_ids:

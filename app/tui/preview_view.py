@@ -2,7 +2,8 @@
 
 The buffer is never written step by step (every TextArea edit is an undo step); instead this
 TextArea shows the buffer with each span replaced by the latest frame: masked slots as
-blur, committed tokens fainter the less sure the model is. `get_line` paints the styles the
+blur (a random-token model's noise as its faint random tokens), committed tokens fainter the
+less sure the model is. `get_line` paints the styles the
 pure `preview.compose` computed; the TextArea's own line cache must be cleared on each frame.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ class PreviewView(TextArea, can_focus=False):
         border: none;
         padding: 0;
         & > .preview-view--masked { color: $foreground 35%; background: $accent 12%; }
+        & > .preview-view--noise { color: $foreground 30%; background: $accent 12%; text-style: italic; }
         & > .preview-view--doubtful { background: $accent 12%; text-style: dim italic; }
         & > .preview-view--unsure { background: $accent 12%; text-style: dim; }
         & > .preview-view--sure { background: $accent 12%; }
