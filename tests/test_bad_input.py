@@ -75,8 +75,8 @@ FAST = [
     Case("empty-rewrite", spec("2:3-2:3", "--mode", "rewrite"), 2, "a rewrite needs a non-empty span", promise="Spans"),
     Case("max-tokens-zero", spec("2:1-2:3", "--max-tokens", "0"), 2, "max_tokens must be between 1 and 4096", promise="Spans"),
     Case("max-tokens-huge", spec("2:1-2:3", "--max-tokens", "100000"), 2, "max_tokens must be between 1 and 4096", promise="Spans"),
-    Case("strength-too-big", spec("2:1-2:3", "--mode", "rewrite", "--strength", "1.5"), 2, "strength must be in [0, 1]", promise="Spans"),
-    Case("strength-nan", spec("2:1-2:3", "--mode", "rewrite", "--strength", "nan"), 2, "strength must be in [0, 1]", promise="Spans"),
+    Case("strength-too-big", spec("2:1-2:3", "--mode", "rewrite", "--strength", "1.5"), 2, "strength must be between 0 and 1", promise="Spans"),
+    Case("strength-nan", spec("2:1-2:3", "--mode", "rewrite", "--strength", "nan"), 2, "strength must be between 0 and 1", promise="Spans"),
     # options, checked before torch loads: exit 2  (docs/safety.md: "Models and options")
     Case("steps-zero", spec("1-1", "--steps", "0"), 2, "--steps must be at least 1", promise="Models and options"),
     Case("temperature-negative", spec("1-1", "--temperature", "-1"), 2, "--temperature", promise="Models and options"),

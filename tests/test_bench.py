@@ -117,3 +117,14 @@ def test_cpu_threads_default_follows_model_size_and_front_end():
     cores = len(os.sched_getaffinity(0))
     assert cpu_threads(ModelRequest(), SMALL_MODEL * 10, editor=False) == cores
     assert cpu_threads(ModelRequest(), SMALL_MODEL * 10, editor=True) == max(1, cores - 1)
+
+
+def test_synthetic_bench_runs_diffusion_gemma_beside_transformers_generate(capsys):
+    pytest.importorskip("transformers.models.diffusion_gemma")
+    import synthetic
+
+    assert synthetic.main(["--device", "cpu", "--shapes", "diffusiongemma-small", "--context", "8", "--repeats", "0"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| diffusiongemma-small")]
+    assert [r.split("|")[3].strip() for r in rows] == ["sharpen (renoise loop)", "transformers generate"]
+    assert {r.split("|")[8].strip() for r in rows} == {"48"}  # the same decoder passes in both: one per step
