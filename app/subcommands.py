@@ -92,7 +92,7 @@ def fit_report(entries, machine=None, context_tokens: int = 1024) -> str:
     rows = [("MODEL", *(p.upper() for p in memory_fit.PRECISIONS), "RUNS HERE")]
     for name, cfg in entries:
         if cfg is None:
-            rows.append((name, *("?" for _ in memory_fit.PRECISIONS), "runs its own code: size unknown"))
+            rows.append((name, *("?" for _ in memory_fit.PRECISIONS), "not sharpen's backbone: size from `sharpen doctor --model`"))
             continue
         cells = []
         for precision, need, on_gpu, on_cpu in memory_fit.fit_table(cfg, machine, context_tokens):
@@ -176,12 +176,13 @@ def doctor(argv: list[str]) -> int:
             elif need > room:
                 ok = False
                 missing.append(f"not enough memory for the model: {human(need)} needed, {human(room)} available")
-            if info.note and not args.trust_remote_code:
+            if info.family == "remote" and info.note and not args.trust_remote_code:
                 ok = False
                 missing.append(f"the model {info.note}")
     from ..core.memory_fit import KNOWN_RELEASES
 
-    entries = ([(info.name, _backbone_config(info.path))] if info is not None and not info.problem else [])
+    native = info is not None and not info.problem and info.family != "diffusion_gemma"  # the fit table sizes sharpen's backbone
+    entries = ([(info.name, _backbone_config(info.path))] if native else [])
     entries += [(f"{name} (release)", cfg) for name, (_, cfg) in KNOWN_RELEASES.items()]
     say(fit_report(entries).rstrip("\n"))
     say("missing:" if missing else "nothing missing")

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import ModelError
+from .families import TRANSFORMERS_FAMILIES
 from .families.hf import TOKENIZER_CONFIG_KEY, read_tokenizer_config
 from .loading import embedded_model_path, model_config, read_config, weight_files
 
@@ -90,6 +91,15 @@ def inspect_checkpoint(path: Path, name: str | None = None, source: str = "dir")
         return CheckpointInfo(**base, family=config.get("model_type"), problem=str(exc))
     tok_cfg = read_tokenizer_config(path)
     info = {**base, "params": params, "dtype": dtype, "size_bytes": size}
+    if config.get("model_type") in TRANSFORMERS_FAMILIES:  # DiffusionGemma: transformers' own class, no mask token
+        try:
+            from .tokenizer import Tokenizer
+
+            Tokenizer.from_directory(path)
+        except ModelError as exc:
+            return CheckpointInfo(**info, family=config["model_type"], problem=str(exc))
+        return CheckpointInfo(**info, family=config["model_type"], instruct=bool(tok_cfg.get("chat_template")),
+                              note="random-token diffusion through transformers' own class (no fit table: not sharpen's backbone)")
     try:
         family, _ = model_config(path, config)
     except ModelError as exc:

@@ -242,3 +242,16 @@ async def test_the_editor_shows_noise_settling_and_keeps_the_suffix(gemma, tmp_p
         assert pane.phase == IDLE
         new = editor.buffer_text
         assert new[:start] == TEXT[:start] and new.endswith(TEXT[end:])
+
+
+def test_sharpen_models_lists_the_release_as_usable(gemma_dir, tmp_path):
+    import shutil
+
+    from sharpen.core.catalog import inspect_checkpoint
+
+    info = inspect_checkpoint(gemma_dir)
+    assert info.usable and info.family == "diffusion_gemma" and info.instruct and info.params > 0
+    bare = tmp_path / "bare"
+    shutil.copytree(gemma_dir, bare)
+    (bare / "tokenizer.json").unlink()
+    assert "no tokenizer" in inspect_checkpoint(bare).problem
