@@ -27,6 +27,7 @@ Prints one markdown table; --json keeps the per-item results.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -60,6 +61,11 @@ METHODS = {  # name -> (run_edit options, what the table says about its length)
     "candidates+adaptive": ({"candidates": LADDER, "length": "adaptive"}, "exact ladder around 16, grown"),
     "oracle": ({"candidates": CandidatePlan(scales=(1.0,), exact=True, syntax=False)}, "exactly the middle's token count"),
 }
+# The span-boundary rule (core/engine.py's leading_blank/narrowed: when the text before a span
+# ends in blanks, the span's text starts at its first non-blank) turned off: what the model wrote,
+# its own leading space included. "Before" for the fix, from the same engine in the same run.
+for _name in ("fixed", "candidates"):
+    METHODS[f"{_name}-unnarrowed"] = (METHODS[_name][0], METHODS[_name][1] + "; leading blanks kept")
 DEFAULT_METHODS = "fixed,adaptive,candidates,candidates-no-syntax,oracle"
 
 
@@ -76,9 +82,26 @@ def complete(denoiser, problem: dict, method: str, settings: Sampling, context: 
     max_tokens = None
     if method == "oracle":
         max_tokens = max(1, len(denoiser.tokenizer.encode(problem["canonical_solution"])))
-    result = apply_edit(denoiser, text, [Span(point, point, max_tokens=max_tokens)], settings, context_tokens=context, **options)
+    with unnarrowed(method.endswith("-unnarrowed")):
+        result = apply_edit(denoiser, text, [Span(point, point, max_tokens=max_tokens)], settings, context_tokens=context, **options)
     runs[method] = result
     return result.spans[0].text
+
+
+@contextlib.contextmanager
+def unnarrowed(active: bool):
+    """The engine without its span-boundary rule, for this bench's "before" rows only."""
+    if not active:
+        yield
+        return
+    from sharpen.core import engine
+
+    kept = engine.leading_blank
+    engine.leading_blank = lambda text, span, floor: 0
+    try:
+        yield
+    finally:
+        engine.leading_blank = kept
 
 
 def run_task(denoiser, kind: str, methods: list[str], limit: int | None, settings: Sampling, context: int) -> dict:

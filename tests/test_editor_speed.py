@@ -53,3 +53,31 @@ def test_the_wrapped_height_is_kept_not_summed_per_read(tmp_path):
     assert doc.height == 1001
     doc._wrap_offsets = None  # a second read does not touch the offsets at all
     assert doc.height == 1001
+
+
+def test_the_unwrapped_fast_path_equals_textuals_wrap():
+    """Soft wrap off: MeasuredWrappedDocument skips the per-line pass, with the same tables."""
+    from textual.document._wrapped_document import WrappedDocument
+
+    from sharpen.app.tui.document import MeasuredWrappedDocument, StrictDocument
+
+    text = "def f(x):\n\treturn x\t# tab\n\n  東京\t☃\n\t\t\nlast"
+    for tab_width in (4, 8):
+        ours = MeasuredWrappedDocument(StrictDocument(text), tab_width=tab_width)
+        theirs = WrappedDocument(StrictDocument(text), tab_width=tab_width)
+        for name in ("_wrap_offsets", "_offset_to_line_info", "_line_index_to_offsets", "_tab_width_cache"):
+            assert getattr(ours, name) == getattr(theirs, name), name
+        assert ours.height == theirs.height
+
+
+def test_the_first_parse_from_bytes_is_the_tree_textual_builds():
+    from textual._tree_sitter import get_language
+    from textual.document._syntax_aware_document import SyntaxAwareDocument
+
+    from sharpen.app.tui.document import StrictSyntaxDocument
+
+    python = get_language("python")
+    for text in ("def f(x):\n    return x  # 東京\n", "a = 1\r\nb = [\r\n  2,\r\n]", "", "x = '''\n\n'''\n\n"):
+        ours, theirs = StrictSyntaxDocument(text, python), SyntaxAwareDocument(text, python)
+        assert str(ours._syntax_tree.root_node) == str(theirs._syntax_tree.root_node)
+        assert ours._syntax_tree.root_node.end_byte == theirs._syntax_tree.root_node.end_byte

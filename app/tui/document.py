@@ -13,7 +13,9 @@ import re
 
 from textual.document._document import Document, EditResult, Location
 from textual.document._syntax_aware_document import SyntaxAwareDocument
+from tree_sitter import Parser
 from textual.document._wrapped_document import WrappedDocument
+from textual.expand_tabs import get_tab_widths
 
 LINE_BREAK = re.compile(r"\r\n|\n")
 CR_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # a file with CR line endings (classic Mac)
@@ -62,6 +64,17 @@ class StrictSyntaxDocument(SyntaxAwareDocument, StrictDocument):
     """SyntaxAwareDocument's tree-sitter bookkeeping over StrictDocument's lines (by the MRO,
     its super().replace_range is StrictDocument's)."""
 
+    def __init__(self, text: str, language) -> None:
+        # SyntaxAwareDocument parses through a Python callback that tree-sitter calls once per
+        # line (half of opening a 50,000-line file); the first parse reads the same bytes at once:
+        # every line followed by the newline, as the callback serves them. Later edits re-parse
+        # incrementally through the callback, as Textual does.
+        StrictDocument.__init__(self, text)
+        self.language = language
+        self._parser = Parser(language)
+        newline = self.newline
+        self._syntax_tree = self._parser.parse((newline.join(self._lines) + newline).encode("utf-8"))
+
 
 class MeasuredWrappedDocument(WrappedDocument):
     """Textual's WrappedDocument with its height kept instead of summed over every line each
@@ -86,9 +99,29 @@ class MeasuredWrappedDocument(WrappedDocument):
         if self._wrapped_for == (width, tab_width):
             return
         self._height = None
-        super().wrap(width, tab_width)
+        if width == 0:
+            self._unwrapped(tab_width)
+        else:
+            super().wrap(width, tab_width)
         self._wrapped_for = (width, tab_width)
         self._height = None
+
+    def _unwrapped(self, tab_width: int | None) -> None:
+        """What WrappedDocument.wrap(0) computes, without its per-line regex pass: with soft wrap
+        off (the editor's default) every line is one row, and only lines holding a tab need
+        their tab widths measured (a line without one has [0], an empty line [])."""
+        self._width = 0
+        if tab_width:
+            self._tab_width = tab_width
+        lines = self.document.lines
+        rows = range(len(lines))
+        tab_size = self._tab_width
+        self._wrap_offsets = [[] for _ in rows]
+        self._offset_to_line_info = [(row, 0) for row in rows]
+        self._line_index_to_offsets = [[row] for row in rows]
+        self._tab_width_cache = [
+            [w for _, w in get_tab_widths(line, tab_size)] if "\t" in line else ([0] if line else []) for line in lines
+        ]
 
     def wrap_range(self, start: Location, old_end: Location, new_end: Location) -> None:
         super().wrap_range(start, old_end, new_end)
