@@ -28,8 +28,9 @@ SPEC_HELP = """SPEC forms (1-based lines and columns, end exclusive):
   L-L, L           whole lines (their content; the last line break stays)
   A,B,...          several spans, filled together in one denoising run
   @edits.json, -   a JSON list of {"range", "mode", "instruction", "max_tokens", "strength"}
-  body@L, node@L:C the body of the function/block at line L ("Fill body"); the syntax node at L:C
-                   (also expr@, stmt@, block@, func@; see app/syntax_specs.py)
+  body@L[:C]       the body of the function or block at line L ("Fill body"; in prose, the paragraph)
+  node@L[:C]       the smallest syntax node at L:C (no column: the line's first non-blank character)
+  expr@, stmt@, block@, func@ L[:C]   the smallest expression, statement, block or function there
 
 Every model, sampling and edit setting above can also be set in the config file (--print-config-path says where):
 top-level keys for the editor, [model], [sampling] and [edit] tables for the rest.

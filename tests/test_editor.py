@@ -392,3 +392,41 @@ async def test_an_untitled_buffers_language_follows_what_is_typed():
         await pilot.press(*"#!/usr/bin/env python3", "enter", *"import os", "enter")
         await wait_for(pilot, lambda: editor.language == "python")
         assert editor.text.startswith("#!/usr/bin/env python3\nimport os\n")
+
+
+async def test_a_narrow_status_bar_drops_language_and_position_before_the_run_and_model(example):
+    app = make_app([example])
+    async with app.run_test(size=(44, 12)) as pilot:
+        status = app.status
+        status.model, status.device = "tiny-random", "cpu"
+        status.notice = "12 tokens in 9 steps, 0.10 s (120 tok/s)"
+        await pilot.pause()
+        line = status.render().plain
+        assert "fizzbuzz.py" in line and "tiny-random" in line  # always there
+        assert "python" not in line and "Ln " not in line  # dropped first
+        assert "12 tokens" in line  # the run's outcome is cut only after those went
+        assert len(line) == 44
+        status.notice = ""
+        await pilot.pause()
+        roomy = status.render().plain
+        assert "Ln 1, Col 1" in roomy and "python" not in roomy  # room for the position, not yet the language
+
+
+async def test_rewrite_share_shows_only_once_changed_and_a_finished_run_says_why_it_ended_early(example, tiny_denoiser):
+    from sharpen.app.tui.editor_pane import finish_note
+    from sharpen.app.tui.messages import EditFinished, RunStats
+
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        select_line(editor, 4)
+        await pilot.pause()
+        assert not app.status.show_strength  # the configured share: nothing to say
+        await pilot.press("alt+up")
+        assert app.status.show_strength and app.status.strength == pytest.approx(0.6)
+
+    class Result:
+        steps, tokens = 9, 12
+
+    note = finish_note(EditFinished(1, Result(), [], RunStats(9, 20, 0, 16, 0.1)), Result())
+    assert note == "; done before the 20 planned, 4 empty slots trimmed"

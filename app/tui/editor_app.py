@@ -358,7 +358,8 @@ class SharpenApp(App):
         status.file_name, status.dirty = editor.buffer.name, editor.dirty
         status.position, status.language = f"Ln {row + 1}, Col {column + 1}", editor.language or ""
         status.marks, status.notice = editor.mark_count, " · ".join(n for n in (pane.disk_notice, pane.notice) if n)
-        status.show_strength = not editor.selection.is_empty
+        # The rewrite share is news only once it differs from the configured one (Alt+Up/Down).
+        status.show_strength = not editor.selection.is_empty and self.session.strength != self.config.editing.strength
         status.strength = self.session.strength
         stats = pane.edit_run.stats if pane.edit_run is not None else None
         first_key = lambda binding_id: self.keys_for(binding_id).split(", ")[0]  # noqa: E731

@@ -57,6 +57,19 @@ class Run:
         return len(self.result.samples) if self.result is not None else 0
 
 
+def finish_note(message: EditFinished, result) -> str:
+    """Why a run's counts are what they are: it ended before its planned steps (confident tokens
+    commit together), and slots the model closed with padding were trimmed from the text."""
+    notes = []
+    planned = message.stats.total_steps
+    if 0 < result.steps < planned:
+        notes.append(f"done before the {planned} planned")
+    slots = message.stats.masked + message.stats.tokens
+    if slots > result.tokens:
+        notes.append(f"{slots - result.tokens} empty slots trimmed")
+    return f"; {', '.join(notes)}" if notes else ""
+
+
 class EditorPane(Container):
     """A buffer in the editor: EditorArea below, PreviewView above it while a run is shown."""
 
@@ -434,6 +447,7 @@ class EditorPane(Container):
         rate_text = f"{rate:.1f}" if rate < 10 else f"{rate:.0f}"
         tokens = "1 token" if result.tokens == 1 else f"{result.tokens} tokens"
         self.notice = f"{tokens} in {result.steps} steps, {message.stats.compute_seconds:.2f} s ({rate_text} tok/s)"
+        self.notice += finish_note(message, result)
         self._set_phase(PREVIEW)
         self._show_result()
 

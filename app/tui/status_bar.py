@@ -37,19 +37,11 @@ class StatusBar(Widget):
     show_strength: reactive[bool] = reactive(False)  # only while text is selected (what Rewrite would use)
 
     def render(self) -> Text:
+        """The line, fitted to the width by priority: the file, its dirty mark, the run and the
+        model always show; the language goes first, then the position, then the marks; only
+        then is the run's text itself cut (and the model name, last of all)."""
         style = self.get_component_rich_style
-        left = Text(" ")
-        left.append(self.file_name or "untitled")
-        if self.dirty:
-            left.append(" ●", style("status-bar--dirty"))
-        left.append(f"  {self.position}  ", style("status-bar--dim"))
-        left.append(self.language or "plain text", style("status-bar--dim"))
-        if self.marks:
-            left.append(f"  {self.marks} marked", style("status-bar--run"))
-        if self.run:
-            left.append(f"  {self.run}", style("status-bar--run"))
-        elif self.notice:
-            left.append(f"  {self.notice}", style("status-bar--error" if self.notice.startswith("edit failed") else "status-bar--dim"))
+        width = self.size.width
         right = Text()
         if self.show_strength:
             right.append(f"rewrite {self.strength:.0%}  ", style("status-bar--dim"))
@@ -57,8 +49,30 @@ class StatusBar(Widget):
         if self.device:
             right.append(f" · {self.device}", style("status-bar--dim"))
         right.append(" ")
-        width = self.size.width
-        room = width - right.cell_len
-        if left.cell_len > room:  # the model name always shows; the run info gets cut
-            left.truncate(max(0, room - 1), overflow="ellipsis")
+        parts = self._left_parts()  # (priority, text); higher priority stays longer
+        for drop in sorted({p for p, _ in parts if p < 9}):  # the lowest priority goes first
+            if sum(t.cell_len for _, t in parts) + right.cell_len <= width:
+                break
+            parts = [(p, t) for p, t in parts if p != drop]
+        left = Text.assemble(*(t for _, t in parts))
+        if left.cell_len + right.cell_len > width:  # still too long: cut the run text, keep the model
+            left.truncate(max(0, width - right.cell_len - 1), overflow="ellipsis")
+            if left.cell_len + right.cell_len > width:
+                right.truncate(max(0, width - left.cell_len), overflow="ellipsis")
         return Text.assemble(left, " " * max(0, width - left.cell_len - right.cell_len), right)
+
+    def _left_parts(self) -> list[tuple[int, Text]]:
+        style = self.get_component_rich_style
+        name = Text(" " + (self.file_name or "untitled"))
+        if self.dirty:
+            name.append(" ●", style("status-bar--dirty"))
+        parts = [(9, name), (2, Text(f"  {self.position}", style("status-bar--dim"))),
+                 (1, Text(f"  {self.language or 'plain text'}", style("status-bar--dim")))]
+        if self.marks:
+            parts.append((3, Text(f"  {self.marks} marked", style("status-bar--run"))))
+        if self.run:
+            parts.append((9, Text(f"  {self.run}", style("status-bar--run"))))
+        elif self.notice:
+            kind = "status-bar--error" if self.notice.startswith("edit failed") else "status-bar--dim"
+            parts.append((9, Text(f"  {self.notice}", style(kind))))
+        return parts
