@@ -203,9 +203,10 @@ def _load_gemma(request: ModelRequest, path: Path, config: dict, device: str, qu
     from ..core import gemma, memory_fit
     from ..core.placement import human
 
+    from ..core.quantize import check_quantization
+
     if request.quantize is not None:
-        raise UsageError("--quantize does not reach DiffusionGemma yet: its experts are 3-D tensors torchao's weight-only "
-                         "configs leave alone; use --dtype bfloat16 with --device-map auto (docs/models.md)")
+        check_quantization(request.quantize, torch.device(device))
     if request.compile != "off":
         raise UsageError("--compile does not reach DiffusionGemma yet; leave it off")
     dtype = resolve_dtype(request.dtype, device)
@@ -214,7 +215,11 @@ def _load_gemma(request: ModelRequest, path: Path, config: dict, device: str, qu
     except (TypeError, ValueError, KeyError) as exc:
         raise ModelError(f"{path}/config.json is not a DiffusionGemma config transformers accepts: {str(exc).splitlines()[0]}") from None
     torch.set_num_threads(cpu_threads(request, parameters, editor))
-    need = int(parameters * torch.finfo(dtype).bits / 8)
+    if request.quantize is None:
+        need = int(parameters * torch.finfo(dtype).bits / 8)
+    else:  # quantized weights plus their scales (about 1/16 more at int4); the embedding stays bfloat16
+        embedding = config["text_config"].get("vocab_size", 0) * config["text_config"].get("hidden_size", 0)
+        need = int((parameters - embedding) * memory_fit.BYTES[request.quantize] * 1.07 + embedding * 2)
     machine = memory_fit.this_machine()
     spread = request.device_map == "auto" or request.max_memory is not None
     if device.startswith("cuda") and not spread and need * 1.2 > machine.best_gpu_free:
@@ -223,8 +228,10 @@ def _load_gemma(request: ModelRequest, path: Path, config: dict, device: str, qu
         room = (sum(free for _, free, _ in machine.gpus) + machine.ram_available) if device.startswith("cuda") else machine.ram_available
         if memory_fit.verdict(need, room) == "does not fit":
             name = repo_id or str(path)
-            raise ModelError(f"{name} needs {human(need)} as {str(dtype).removeprefix('torch.')}, more than the {human(room)} free here; "
-                             "it fits a 96 GB card in bfloat16, or two 48 GB cards with --device-map auto; --force-load tries anyway")
+            precision = request.quantize or str(dtype).removeprefix('torch.')
+            raise ModelError(f"{name} needs {human(need)} as {precision}, more than the {human(room)} free here; the release "
+                             "fits a 96 GB card in bfloat16, two 48 GB cards with --device-map auto, or 24 GB with --quantize int4; "
+                             "--force-load tries anyway")
     max_memory = None
     if request.max_memory:
         from ..core import placement
@@ -233,6 +240,7 @@ def _load_gemma(request: ModelRequest, path: Path, config: dict, device: str, qu
     if spread and not quiet:
         sys.stderr.write(f"sharpen: DiffusionGemma spread over the devices by accelerate (device_map=auto{', max_memory ' + request.max_memory if max_memory else ''})\n")
     try:
-        return gemma.load_gemma(path, device=device, dtype=dtype, device_map="auto" if spread else None, max_memory=max_memory)
+        return gemma.load_gemma(path, device=device, dtype=dtype, device_map="auto" if spread else None, max_memory=max_memory,
+                                quantize=request.quantize)
     except (RuntimeError, ValueError) as exc:
         raise ModelError(f"cannot load the model on {device}: {str(exc).splitlines()[0]}") from None

@@ -130,7 +130,7 @@ def run_task(denoiser, kind: str, methods: list[str], limit: int | None, setting
 
 
 def table(results: dict, methods: list[str], model: str) -> str:
-    kinds = [k for k in ("single", "multi") if k in results]
+    kinds = [k for k in ("single", "multi", "random") if k in results]
     head = "| method | length | " + " | ".join(f"{k}-line pass@1 (n={results[k][methods[0]]['n']})" for k in kinds)
     head += " | " + " | ".join(f"{k}-line parses" for k in kinds) + " | s/item |"
     rows = [f"<!-- model: {model} -->", head, "|" + "---|" * (2 + 2 * len(kinds) + 1)]
@@ -147,7 +147,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="checkpoint directory (default: the embedded model)")
     p.add_argument("--limit", default="25", help="items per task, evenly spread (0: all); or one per task, e.g. 300,150")
-    p.add_argument("--tasks", default="single,multi")
+    p.add_argument("--tasks", default="single,multi", help="single, multi, random (random spans: the span-boundary rule's test)")
     p.add_argument("--methods", default=DEFAULT_METHODS, help=f"comma list of: {', '.join(METHODS)}")
     p.add_argument("--context", type=int, default=1024, help="context tokens around the span")
     p.add_argument("--steps", type=int, default=None, help="cap denoising steps per run (default: the app's, up to one per slot)")

@@ -133,7 +133,7 @@ class GemmaDenoiser:
     def embedding_dtype(self) -> torch.dtype:
         return self.model.model.decoder.embed_tokens.weight.dtype
 
-    @torch.inference_mode()
+    @torch.no_grad()  # as transformers' generate; torchao's quantized experts cannot run in inference mode
     def encode(self, ids: torch.Tensor, canvas_length: int) -> Context:
         """One encoder pass over `ids` [B, L]; the cache the decoder reads for every step."""
         from transformers import DynamicCache
@@ -155,7 +155,7 @@ class GemmaDenoiser:
         canvas_positions = torch.arange(L, L + canvas_length, dtype=torch.int32, device=device).unsqueeze(0)
         return Context(cache, decoder_mask, canvas_positions)
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def canvas_logits(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, context: Context) -> torch.Tensor:
         """One decoder pass: canvas [B, C] (+ the previous step's logits) -> logits [B, C, V] float32."""
         self.passes += 1
@@ -202,8 +202,12 @@ def gemma_spec(path: Path, config: dict, tokenizer: Tokenizer, generation: dict)
     )
 
 
-def load_gemma(path: Path, device: str = "cpu", dtype: torch.dtype | None = None, device_map=None, max_memory=None) -> GemmaDenoiser:
-    """Load a DiffusionGemma checkpoint directory through transformers' own class."""
+def load_gemma(path: Path, device: str = "cpu", dtype: torch.dtype | None = None, device_map=None, max_memory=None,
+               quantize: str | None = None) -> GemmaDenoiser:
+    """Load a DiffusionGemma checkpoint directory through transformers' own class.
+
+    `quantize` ("int8" | "int4"): torchao weight-only, the experts' 3-D weights included
+    (core/quantize.py); the experts then run one by one, as torchao's tensors need."""
     try:
         with quiet_imports():
             from transformers import DiffusionGemmaForBlockDiffusion
@@ -217,6 +221,8 @@ def load_gemma(path: Path, device: str = "cpu", dtype: torch.dtype | None = None
     spec = gemma_spec(path, config, tokenizer, generation)
     schedule = read_schedule(generation)
     kwargs = {"dtype": dtype or torch.float32}
+    if quantize is not None:
+        kwargs["experts_implementation"] = "eager"
     if device_map is not None:
         kwargs["device_map"] = device_map
         if max_memory:
@@ -231,6 +237,13 @@ def load_gemma(path: Path, device: str = "cpu", dtype: torch.dtype | None = None
         raise ModelError(f"cannot load DiffusionGemma from {path}: {str(exc).splitlines()[0]}") from None
     if device_map is None:
         model = model.to(device)
+    if quantize is not None:
+        from .quantize import quantize_experts_model
+
+        try:
+            quantize_experts_model(model, quantize)
+        except (NotImplementedError, RuntimeError, ValueError) as exc:
+            raise ModelError(f"cannot quantize DiffusionGemma to {quantize} here: {str(exc).splitlines()[0]}") from None
     spec.check(model.config.text_config.vocab_size)
     log.info("loaded DiffusionGemma from %s (%s, %s)", path, device_map or device, kwargs["dtype"])
     return GemmaDenoiser(model, tokenizer, spec, schedule)

@@ -9,6 +9,7 @@ nn.Linear layers, so no model code changes: the quantized model runs the unpacke
 from __future__ import annotations
 
 import logging
+import warnings
 
 import torch
 from torch import nn
@@ -54,3 +55,28 @@ def weight_bytes(model: nn.Module) -> int:
         parts = [getattr(inner, name) for name in getattr(inner, "tensor_data_names", ()) if isinstance(getattr(inner, name, None), torch.Tensor)]
         total += sum(t.nbytes for t in parts) if parts else inner.nbytes
     return total
+
+
+def quantize_experts_model(model: nn.Module, kind: str) -> nn.Module:
+    """Weight-only quantization of a transformers mixture-of-experts model (DiffusionGemma): every
+    nn.Linear, and each experts module's 3-D weights (gate_up_proj, down_proj), which hold most
+    of the parameters. The model must run its experts one by one (`experts_implementation=
+    "eager"`): torchao's tensors slice per expert, but do not implement the transpose that the
+    grouped-matmul path takes. The embedding stays in its dtype."""
+    quiet = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [log.level for log in quiet]
+    for log in quiet:
+        log.setLevel(logging.ERROR)
+    try:
+        from torchao.quantization import FqnToConfig, Int4WeightOnlyConfig, Int8WeightOnlyConfig, quantize_
+    except ImportError:
+        raise UsageError("--quantize needs the torchao package: pip install torchao") from None
+    finally:
+        for log, level in zip(quiet, levels):
+            log.setLevel(level)
+    config = Int8WeightOnlyConfig() if kind == "int8" else Int4WeightOnlyConfig(group_size=128)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchao's deprecation note on "_default" is not the user's to read
+        plan = FqnToConfig({r"re:.*experts\.(gate_up_proj|down_proj)": config, "_default": config})
+        quantize_(model, plan, filter_fn=None)
+    return model

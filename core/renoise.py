@@ -113,7 +113,7 @@ def renoise(denoiser, layout: NoiseCanvas, settings: Sampling = Sampling(), shou
     for steps_left in reversed(range(1, steps + 1)):
         if should_stop():
             return
-        with torch.inference_mode():
+        with torch.no_grad():  # as transformers' generate (torchao's quantized experts refuse inference mode)
             logits = denoiser.canvas_logits(x, self_conditioning, context)  # [B, C, V] float32
             left = torch.tensor(steps_left, device=device, dtype=torch.int32)
             scores_now = logits / schedule.temperature(left, steps)

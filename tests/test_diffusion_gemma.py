@@ -174,7 +174,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 def test_the_cli_runs_infill_rewrite_and_instruction_from_the_release_layout(gemma_dir, tmp_path):
     target = tmp_path / "add.py"
     target.write_text(TEXT)
-    for extra in ([], ["--mode", "rewrite", "--strength", "1"], ["--instruction", "use subtraction"]):
+    for extra in ([], ["--mode", "rewrite", "--strength", "1"], ["--instruction", "use subtraction"], ["--quantize", "int8"]):
         proc = cli(str(target), "--apply-edit", "2:5-2:17", "--model", str(gemma_dir), "--steps", "5", "--json", *extra)
         assert proc.returncode == 0, proc.stderr
         assert proc.stderr == ""  # nothing from torchao or transformers on the user's stderr
@@ -255,3 +255,19 @@ def test_sharpen_models_lists_the_release_as_usable(gemma_dir, tmp_path):
     shutil.copytree(gemma_dir, bare)
     (bare / "tokenizer.json").unlink()
     assert "no tokenizer" in inspect_checkpoint(bare).problem
+
+
+def test_int8_quantizes_the_experts_and_stays_close_to_float(gemma_dir):
+    """torchao int8 weight-only reaches the experts' 3-D weights (most of the release's bytes)."""
+    pytest.importorskip("torchao")
+    quantized = load_gemma(gemma_dir, quantize="int8")
+    plain = load_gemma(gemma_dir)
+    experts = quantized.model.model.decoder.layers[0].experts
+    assert type(experts.gate_up_proj).__name__ == "Int8Tensor" and type(experts.down_proj).__name__ == "Int8Tensor"
+    prompt = torch.tensor([[plain.bos_id, *plain.tokenizer.encode("def add(a, b):\n")]])
+    canvas = torch.randint(0, plain.vocab_size, (1, 12), generator=torch.Generator().manual_seed(0))
+    ours, theirs = (d.canvas_logits(canvas, None, d.encode(prompt, 12)) for d in (quantized, plain))
+    assert (ours - theirs).abs().max() < 0.05 * theirs.abs().max()
+    assert (ours.argmax(-1) == theirs.argmax(-1)).float().mean() > 0.9
+    result = apply_edit(quantized, TEXT, [Span(15, 31)], Sampling(steps=3))
+    assert result.text.startswith(TEXT[:15]) and result.text.endswith(TEXT[31:])

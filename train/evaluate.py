@@ -153,7 +153,8 @@ def line_infill(denoiser, texts: list[str], n: int, frequent: str, settings: Sam
 # ---- HumanEval-Infilling -----------------------------------------------------------------
 
 def load_humaneval(kind: str, data_dir: Path = HUMANEVAL_DIR) -> list[dict]:
-    name = {"single": "HumanEval-SingleLineInfilling", "multi": "HumanEval-MultiLineInfilling"}[kind]
+    name = {"single": "HumanEval-SingleLineInfilling", "multi": "HumanEval-MultiLineInfilling",
+            "random": "HumanEval-RandomSpanInfilling"}[kind]  # random spans: a third start mid-line, after blanks
     with gzip.open(data_dir / f"{name}.jsonl.gz", "rt", encoding="utf-8") as handle:
         return [json.loads(line) for line in handle]
 
