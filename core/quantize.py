@@ -27,23 +27,32 @@ def check_quantization(kind: str, device: torch.device) -> None:
         raise UsageError("--quantize int4 needs a CUDA GPU (torchao's int4 kernels); on the CPU use --quantize int8")
 
 
-def quantize_backbone(model: nn.Module, kind: str) -> nn.Module:
-    """Quantize every nn.Linear of `model` in place (weight-only); returns the model."""
-    # torchao's import warns on stderr about CUDA kernels a CPU machine does not have, and torch
-    # about an enum torchao registers: neither is news to the user, and stderr is the user's.
+def _torchao():
+    """torchao's quantization module, imported quietly: its import warns on stderr about CUDA
+    kernels a CPU machine does not have, and torch about an enum torchao registers; neither is
+    news to the user, and stderr is the user's."""
     quiet = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
     levels = [log.level for log in quiet]
     for log in quiet:
         log.setLevel(logging.ERROR)
     try:
-        from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig, quantize_
+        import torchao.quantization as quantization
     except ImportError:
         raise UsageError("--quantize needs the torchao package: pip install torchao") from None
     finally:
         for log, level in zip(quiet, levels):
             log.setLevel(level)
-    config = Int8WeightOnlyConfig() if kind == "int8" else Int4WeightOnlyConfig(group_size=128)
-    quantize_(model, config, filter_fn=lambda module, name: isinstance(module, nn.Linear))
+    return quantization
+
+
+def _weight_only(kind: str):
+    ao = _torchao()
+    return ao.Int8WeightOnlyConfig() if kind == "int8" else ao.Int4WeightOnlyConfig(group_size=128)
+
+
+def quantize_backbone(model: nn.Module, kind: str) -> nn.Module:
+    """Quantize every nn.Linear of `model` in place (weight-only); returns the model."""
+    _torchao().quantize_(model, _weight_only(kind), filter_fn=lambda module, name: isinstance(module, nn.Linear))
     return model
 
 
@@ -63,20 +72,9 @@ def quantize_experts_model(model: nn.Module, kind: str) -> nn.Module:
     of the parameters. The model must run its experts one by one (`experts_implementation=
     "eager"`): torchao's tensors slice per expert, but do not implement the transpose that the
     grouped-matmul path takes. The embedding stays in its dtype."""
-    quiet = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [log.level for log in quiet]
-    for log in quiet:
-        log.setLevel(logging.ERROR)
-    try:
-        from torchao.quantization import FqnToConfig, Int4WeightOnlyConfig, Int8WeightOnlyConfig, quantize_
-    except ImportError:
-        raise UsageError("--quantize needs the torchao package: pip install torchao") from None
-    finally:
-        for log, level in zip(quiet, levels):
-            log.setLevel(level)
-    config = Int8WeightOnlyConfig() if kind == "int8" else Int4WeightOnlyConfig(group_size=128)
+    ao, config = _torchao(), _weight_only(kind)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torchao's deprecation note on "_default" is not the user's to read
-        plan = FqnToConfig({r"re:.*experts\.(gate_up_proj|down_proj)": config, "_default": config})
-        quantize_(model, plan, filter_fn=None)
+        plan = ao.FqnToConfig({r"re:.*experts\.(gate_up_proj|down_proj)": config, "_default": config})
+        ao.quantize_(model, plan, filter_fn=None)
     return model
