@@ -81,3 +81,16 @@ def test_the_first_parse_from_bytes_is_the_tree_textual_builds():
         ours, theirs = StrictSyntaxDocument(text, python), SyntaxAwareDocument(text, python)
         assert str(ours._syntax_tree.root_node) == str(theirs._syntax_tree.root_node)
         assert ours._syntax_tree.root_node.end_byte == theirs._syntax_tree.root_node.end_byte
+
+
+def test_the_kept_text_and_widths_follow_every_edit():
+    """StrictDocument keeps its text and line widths between edits: after any edit they are what
+    a fresh document of the same text computes."""
+    from sharpen.app.tui.document import StrictDocument
+
+    doc = StrictDocument("a\n\tbb\nccc東\n")
+    assert doc.text == "a\n\tbb\nccc東\n" and tuple(doc.get_size(4)) == (8, 4)
+    for start, end, insert in (((1, 1), (1, 3), "x" * 20), ((0, 0), (2, 0), ""), ((0, 3), (0, 3), "\nnew\n\tline")):
+        doc.replace_range(start, end, insert)
+        fresh = StrictDocument(doc.text)
+        assert doc.text == "\n".join(doc.lines) and doc.get_size(4) == fresh.get_size(4) and doc.get_size(8) == fresh.get_size(8)
