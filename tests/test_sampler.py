@@ -108,9 +108,10 @@ def test_threshold_commits_in_parallel(tiny_denoiser):
 
 
 def test_pad_and_eos_are_deleted_from_infill(tiny_denoiser):
+    # The span starts right after "def", not after a blank: no token healing moves its slots.
     spec = tiny_denoiser.spec
     tok = tiny_denoiser.tokenizer
-    canvas = build_canvas(TEXT, [Span(4, 7, max_tokens=6)], tok, spec.mask_id, 1024, tiny_denoiser.max_len)
+    canvas = build_canvas(TEXT, [Span(3, 7, max_tokens=6)], tok, spec.mask_id, 1024, tiny_denoiser.max_len)
 
     class PadEveryOther(Scripted):
         """Wraps the denoiser so it proposes 'x', pad, eos, ... : the span must come out as 'xx'."""
@@ -129,9 +130,9 @@ def test_pad_and_eos_are_deleted_from_infill(tiny_denoiser):
     from sharpen.core import engine
 
     keep_all_slots = LoopRules(expected_length=False)  # see test_infill_length_is_the_expected_length
-    result = engine.apply_edit(PadEveryOther(tiny_denoiser), TEXT, [Span(4, 7, max_tokens=6)], rules=keep_all_slots)
+    result = engine.apply_edit(PadEveryOther(tiny_denoiser), TEXT, [Span(3, 7, max_tokens=6)], rules=keep_all_slots)
     assert result.spans[0].text == "xx"
-    assert result.text == TEXT[:4] + "xx" + TEXT[7:]
+    assert result.text == TEXT[:3] + "xx" + TEXT[7:]
     assert result.spans[0].tokens == 2
 
 
@@ -230,7 +231,7 @@ def test_a_committed_pad_ends_the_infill_span(tiny_denoiser):
             out[:, first_slot + 2, spec.pad_id] = 20.0
             return out
 
-    text = "abc def ghi"
+    text = "abc(def)ghi"  # no blank before the span: token healing leaves its slots where they are
     span = Span(4, 7, max_tokens=8)
     first_slot = build_canvas(text, [span], tok, spec.mask_id, 1024, tiny_denoiser.max_len).slots[0].start
     fixed = Sampling(schedule="fixed", cache="none")
@@ -260,7 +261,7 @@ def test_infill_length_is_the_expected_length(tiny_denoiser):
                 out[:, first_slot + i, letter] = torch.tensor(max(1 - p, 1e-6)).log()
             return out
 
-    text = "abc def ghi"
+    text = "abc(def)ghi"  # no blank before the span: token healing leaves its slots where they are
     span = Span(4, 7, max_tokens=8)
     first_slot = build_canvas(text, [span], tok, spec.mask_id, 1024, tiny_denoiser.max_len).slots[0].start
     frames = list(run_edit(Graded(tiny_denoiser), text, [span], Sampling(cache="none")))
