@@ -61,11 +61,11 @@ METHODS = {  # name -> (run_edit options, what the table says about its length)
     "candidates+adaptive": ({"candidates": LADDER, "length": "adaptive"}, "exact ladder around 16, grown"),
     "oracle": ({"candidates": CandidatePlan(scales=(1.0,), exact=True, syntax=False)}, "exactly the middle's token count"),
 }
-# The span-boundary rule (core/engine.py's token healing: the blanks before a span join it, the
-# model writes them itself, the result maps back) turned off: the span as given, after the file's
-# blanks, and what the model wrote kept whole. "Before" for the fix, same engine, same run.
+# The span-boundary rule (core/engine.py's leading_blank/narrowed: when the text before a span
+# ends in blanks, the span's text starts at its first non-blank) turned off: what the model wrote,
+# its own leading blanks included. "Before" for the fix, from the same engine in the same run.
 for _name in ("fixed", "candidates"):
-    METHODS[f"{_name}-unnarrowed"] = (METHODS[_name][0], METHODS[_name][1] + "; no token healing")
+    METHODS[f"{_name}-unnarrowed"] = (METHODS[_name][0], METHODS[_name][1] + "; leading blanks kept")
 DEFAULT_METHODS = "fixed,adaptive,candidates,candidates-no-syntax,oracle"
 
 

@@ -118,19 +118,14 @@ def run_edit(
         raise UsageError(f"unknown length policy {length!r}; known: {', '.join(LENGTHS)}")
     ordered = validate_spans(text, spans)
     check_instructions(denoiser, ordered)
-    blanks = [text[s.start - leading_blank(text, s, ordered[i - 1].end if i else 0):s.start] for i, s in enumerate(ordered)]
-    # Token healing: the blanks before a span join it, so the model writes them itself (its own
-    # tokens glue a space to the word after it); `narrowed` maps the result back onto the spans
-    # as given, so the text outside them comes back byte for byte.
-    healed = [replace(s, start=s.start - len(b)) if b else s for s, b in zip(ordered, blanks)]
+    blanks = [leading_blank(text, s, ordered[i - 1].end if i else 0) for i, s in enumerate(ordered)]
     if length == "adaptive":
-        updates = _adaptive_runs(denoiser, text, healed, settings, context_tokens, should_stop, candidates, rules)
+        updates = _adaptive_runs(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules)
     else:
-        updates = run_once(denoiser, text, healed, settings, context_tokens, should_stop, candidates, rules)
+        updates = run_once(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules)
     for update in updates:
-        if update.result is not None:
-            update = EditFrame(update.frame, narrowed(update.result, text, ordered, blanks) if any(blanks)
-                               else update.result)
+        if update.result is not None and any(blanks):
+            update = EditFrame(update.frame, narrowed(update.result, text, ordered, blanks))
         yield update
 
 
@@ -139,8 +134,8 @@ def leading_blank(text: str, span: Span, floor: int) -> int:
 
     BPE tokenizers glue a space to the word after it (" return"), so a model writing after a
     prefix that ends in blanks writes a blank of its own again: `     return` with five spaces,
-    `if  x`. Those blanks are handed to the model as part of the span (run_edit), and the
-    result is mapped back (`narrowed`).
+    `if  x`. When the prefix ends in blanks, the span's text starts at its first non-blank
+    character (`narrowed`); the blanks before the span stay exactly as they were.
     """
     n = 0
     while span.start - n > floor and text[span.start - n - 1] in " \t":
@@ -148,15 +143,11 @@ def leading_blank(text: str, span: Span, floor: int) -> int:
     return n
 
 
-def narrowed(result: EditResult, text: str, ordered: list[Span], blanks: list[str]) -> EditResult:
-    """A healed run's result mapped back onto the spans as given: where the model wrote the
-    blanks that stood before the span, they are the file's own and stay outside the span; where
-    it wrote other whitespace, the file's blanks stay and the span starts at its first non-blank.
-    Whole texts and candidates are rebuilt over the spans as given."""
-    def own(piece: str, blank: str) -> str:
-        if not blank:
-            return piece
-        return piece[len(blank):] if piece.startswith(blank) else piece.lstrip(" \t")
+def narrowed(result: EditResult, text: str, ordered: list[Span], blanks: list[int]) -> EditResult:
+    """The result with each span's leading blanks dropped where the text before it ends in blanks
+    (leading_blank), its whole texts and candidates rebuilt over the spans as given."""
+    def own(piece: str, n: int) -> str:
+        return piece.lstrip(" \t") if n else piece
 
     spans = tuple(replace(r, span=s, text=own(r.text, n), alternatives=tuple(own(a, n) for a in r.alternatives))
                   for r, s, n in zip(result.spans, ordered, blanks))

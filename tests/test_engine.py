@@ -64,8 +64,8 @@ def test_crlf_documents_get_crlf_infills(tiny_denoiser):
 
 def test_a_span_after_blanks_does_not_repeat_them(tiny_denoiser):
     """A prefix ending in blanks: the model writes its own leading blank (BPE glues it to the
-    word), which came out as `     return` or `if  x`. The blanks join the span (token healing)
-    and the result maps back: the blanks before the span stay exactly as they were."""
+    word), which came out as `     return` or `if  x`. The blanks before the span stay exactly
+    as they were, and the span's text starts at the word."""
     from sharpen.core.engine import leading_blank, narrowed
 
     text = "def f(n):\n    return str(n)\nx = 1\n"
@@ -79,10 +79,7 @@ def test_a_span_after_blanks_does_not_repeat_them(tiny_denoiser):
     # narrowed on a made-up result: the widened text's blanks are dropped, the outside kept.
     from sharpen.core.engine import EditResult, SpanResult
 
-    # The healed span (blanks included) came back as "    return 1" (the model wrote the file's
-    # blanks: they stay outside the span), "\treturn 2" (other whitespace: the file's blanks stay)
-    # and "        return 3" (deeper: what the model wrote past the file's blanks is kept).
-    fake = EditResult(text, (SpanResult(span, "    return 1", 2, ("    return 1", "\treturn 2", "        return 3")),), 1, 0.0, (text,) * 3)
-    back = narrowed(fake, text, [span], ["    "])
-    assert back.spans[0].span == span and back.spans[0].alternatives == ("return 1", "return 2", "    return 3")
-    assert back.samples == ("def f(n):\n    return 1\nx = 1\n", "def f(n):\n    return 2\nx = 1\n", "def f(n):\n        return 3\nx = 1\n")
+    fake = EditResult(text, (SpanResult(span, " return 1", 2, (" return 1", "\treturn 2")),), 1, 0.0, (text, text))
+    back = narrowed(fake, text, [span], [4])
+    assert back.spans[0].span == span and back.spans[0].alternatives == ("return 1", "return 2")
+    assert back.samples == ("def f(n):\n    return 1\nx = 1\n", "def f(n):\n    return 2\nx = 1\n")
