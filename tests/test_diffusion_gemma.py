@@ -220,7 +220,7 @@ async def test_the_editor_shows_noise_settling_and_keeps_the_suffix(gemma, tmp_p
 
     path = tmp_path / "add.py"
     path.write_text(TEXT)
-    app = make_app([path], Config.of(steps=6, frame_rate=60, min_step_ms=200)  # slow enough to catch frames under load)
+    app = make_app([path], Config.of(steps=6, frame_rate=60, min_step_ms=200))  # slow enough to catch frames under load
     kinds_seen: list[set[str]] = []
     async with app.run_test(size=(100, 24)) as pilot:
         await with_model(app, pilot, gemma)
