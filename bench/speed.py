@@ -225,7 +225,7 @@ def run_ar_item(denoiser, item: Item, context: int, loop: bool = False) -> dict:
             out = model(input_ids=ids, use_cache=True)
             for _ in range(n - 1):
                 ids = out.logits[:, -1:].argmax(-1)  # [1, 1]
-                out = model(input_ids=ids, past_key_values=out.past_key_values, use_cache=True)
+                out = model(input_ids=ids, cache=out.cache, use_cache=True)
         else:
             model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True)
     return {"tokens": n, "steps": n, "wall": time.perf_counter() - started, "correct": 0, "exact": 0, "parses": 0}

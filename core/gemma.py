@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 FAMILY = "diffusion_gemma"
 MODEL_TYPES = ("diffusion_gemma",)
-NEEDS_TRANSFORMERS = "5.23"  # the release that ships the loop core/renoise.py follows step for step
+NEEDS_TRANSFORMERS = "5.24"  # the release whose loop core/renoise.py follows step for step (5.24 renamed past_key_values to cache)
 END_NAMES = ("<turn|>", "<end_of_turn>", "<eos>")  # tokens that end the model's answer (Gemma 4, Gemma 3, both)
 PLACEHOLDER_NAMES = ("<mask>",)  # a layout placeholder for the slots; the model never sees it
 
@@ -146,12 +146,12 @@ class GemmaDenoiser:
         encoder = self.model.model.encoder
         shape_only = torch.empty((B, L, 0), dtype=self.model.dtype, device=device)
         masks = encoder.create_masks_for_generate(config=self.model.config, inputs_embeds=shape_only, attention_mask=attention,
-                                                  past_key_values=cache, position_ids=positions, mm_token_type_ids=None)
-        encoder(input_ids=ids.contiguous(), attention_mask=masks, past_key_values=cache, position_ids=positions)
+                                                  cache=cache, position_ids=positions, mm_token_type_ids=None)
+        encoder(input_ids=ids.contiguous(), attention_mask=masks, cache=cache, position_ids=positions)
         decoder_attention = torch.nn.functional.pad(attention, (0, canvas_length), value=True)
         decoder_mask = self.model.model.decoder.create_diffusion_decoder_attention_mask(
             config=self.model.config, inputs_embeds=torch.empty((B, canvas_length, 1), device=device),
-            past_key_values=cache, decoder_attention_mask=decoder_attention)
+            cache=cache, decoder_attention_mask=decoder_attention)
         canvas_positions = torch.arange(L, L + canvas_length, dtype=torch.int32, device=device).unsqueeze(0)
         return Context(cache, decoder_mask, canvas_positions)
 
@@ -160,9 +160,23 @@ class GemmaDenoiser:
         """One decoder pass: canvas [B, C] (+ the previous step's logits) -> logits [B, C, V] float32."""
         self.passes += 1
         out = self.model(decoder_input_ids=canvas, self_conditioning_logits=self_conditioning,
-                         decoder_attention_mask=context.decoder_mask, past_key_values=context.cache,
+                         decoder_attention_mask=context.decoder_mask, cache=context.cache,
                          decoder_position_ids=context.positions)
         return out.logits
+
+
+def _transformers_class(name: str):
+    """A DiffusionGemma class from transformers, or one line saying which release is needed: an
+    older one either lacks the family or takes its cache under another keyword."""
+    import transformers
+
+    installed = tuple(int(part) for part in transformers.__version__.split(".")[:2] if part.isdigit())
+    needed = tuple(int(part) for part in NEEDS_TRANSFORMERS.split("."))
+    if installed < needed:
+        raise ModelError(f"DiffusionGemma needs transformers {NEEDS_TRANSFORMERS} or newer (installed: "
+                         f"{transformers.__version__}): pip install -U transformers")
+    with quiet_imports():
+        return getattr(transformers, name)
 
 
 def _token(tokenizer: Tokenizer, names: tuple[str, ...]) -> int | None:
@@ -208,11 +222,7 @@ def load_gemma(path: Path, device: str = "cpu", dtype: torch.dtype | None = None
 
     `quantize` ("int8" | "int4"): torchao weight-only, the experts' 3-D weights included
     (core/quantize.py); the experts then run one by one, as torchao's tensors need."""
-    try:
-        with quiet_imports():
-            from transformers import DiffusionGemmaForBlockDiffusion
-    except ImportError:
-        raise ModelError(f"DiffusionGemma needs transformers {NEEDS_TRANSFORMERS} or newer: pip install -U transformers") from None
+    DiffusionGemmaForBlockDiffusion = _transformers_class("DiffusionGemmaForBlockDiffusion")
     config = read_json_object(path / "config.json")
     if not isinstance(config.get("text_config"), dict):
         raise ModelError(f"{path}/config.json has no text_config; it is not a DiffusionGemma release")
@@ -253,11 +263,8 @@ def parameter_count(config: dict) -> int:
     """Exact parameter count of the checkpoint's model, built on the meta device (no memory)."""
     from accelerate import init_empty_weights
 
-    try:
-        with quiet_imports():
-            from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
-    except ImportError:
-        raise ModelError(f"DiffusionGemma needs transformers {NEEDS_TRANSFORMERS} or newer: pip install -U transformers") from None
+    DiffusionGemmaConfig = _transformers_class("DiffusionGemmaConfig")
+    DiffusionGemmaForBlockDiffusion = _transformers_class("DiffusionGemmaForBlockDiffusion")
 
     cfg = DiffusionGemmaConfig(**{k: v for k, v in config.items() if k not in ("architectures", "transformers_version", "dtype", "torch_dtype", "model_type")})
     with init_empty_weights():
