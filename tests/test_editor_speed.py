@@ -94,3 +94,45 @@ def test_the_kept_text_and_widths_follow_every_edit():
         doc.replace_range(start, end, insert)
         fresh = StrictDocument(doc.text)
         assert doc.text == "\n".join(doc.lines) and doc.get_size(4) == fresh.get_size(4) and doc.get_size(8) == fresh.get_size(8)
+
+
+def test_edits_keep_the_source_bytes_and_the_tree_a_fresh_parse_builds():
+    """StrictSyntaxDocument splices its source bytes and re-parses from them: after any edits
+    (multi-byte text, CRLF, line breaks inserted and removed, the widest line shrinking) the
+    bytes, the tree and the size are what a fresh document of the same text has, and the tree
+    is the one Textual's callback-driven SyntaxAwareDocument keeps through the same edits."""
+    from hypothesis import given, settings, strategies as st
+    from textual._tree_sitter import get_language
+    from textual.document._syntax_aware_document import SyntaxAwareDocument
+    from tree_sitter import Parser
+
+    from sharpen.app.tui.document import StrictSyntaxDocument
+
+    python = get_language("python")
+    pieces = st.sampled_from(["x", "東京", "\n", "def f():\n    return 1\n", "'''", "(", ")", "  ", "#", ""])
+
+    @settings(max_examples=60, deadline=None)
+    @given(newline=st.sampled_from(["\n", "\r\n"]), edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6), st.lists(pieces, max_size=3)), max_size=8))
+    def run(newline, edits):
+        text = newline.join(["def g(a):", "    return a  # 東", "", "x = [1,", "  2]", "a_rather_long_line = 'the widest of them all'"])
+        ours, theirs = StrictSyntaxDocument(text, python), SyntaxAwareDocument(text, python)
+        for a, b, insert in edits:
+            rows = ours.line_count
+            start = (a % rows, 0)
+            start = (start[0], a % (len(ours[start[0]]) + 1))
+            end = (b % rows, 0)
+            end = (end[0], b % (len(ours[end[0]]) + 1))
+            ours.replace_range(start, end, "".join(insert))
+            theirs.replace_range(start, end, "".join(insert))
+            ours.get_size(4)  # measured between edits, as TextArea does after each one
+        source = (newline.join(ours.lines) + newline).encode()  # the newline the document started with
+        assert bytes(ours._source) == source
+        assert ours._line_bytes == [len(line.encode()) for line in ours.lines]
+        fresh_tree = Parser(python).parse(source)
+        assert str(ours._syntax_tree.root_node) == str(fresh_tree.root_node) == str(theirs._syntax_tree.root_node)
+        assert ours._syntax_tree.root_node.end_byte == fresh_tree.root_node.end_byte
+        assert ours.get_size(4) == StrictSyntaxDocument(ours.text, python).get_size(4)
+        for row in range(ours.line_count):
+            assert ours._location_to_byte_offset((row, len(ours[row]))) == theirs._location_to_byte_offset((row, len(ours[row])))
+
+    run()

@@ -48,6 +48,7 @@ class StrictDocument(Document):
         self._lines = split_lines(text)
         self._text: str | None = None
         self._cell_widths: tuple[int, list[int]] | None = None  # (tab width, cell width per line)
+        self._widest: int | None = None  # max of those widths; None: measure again
 
     @property
     def text(self) -> str:
@@ -58,8 +59,10 @@ class StrictDocument(Document):
     def get_size(self, tab_width: int) -> Size:
         if self._cell_widths is None or self._cell_widths[0] != tab_width:
             self._cell_widths = (tab_width, [cell_len(line.expandtabs(tab_width)) for line in self._lines])
-        widths = self._cell_widths[1]
-        return Size(max(widths, default=0), len(self._lines))
+            self._widest = None
+        if self._widest is None:
+            self._widest = max(self._cell_widths[1], default=0)
+        return Size(self._widest, len(self._lines))
 
     @property
     def _cr_file(self) -> bool:
@@ -82,24 +85,59 @@ class StrictDocument(Document):
         self._text = None
         if self._cell_widths is not None:  # only the rows the edit touched are measured again
             tab_width, widths = self._cell_widths
-            widths[top_row:bottom_row + 1] = [cell_len(line.expandtabs(tab_width)) for line in insert_lines]
+            removed = max(widths[top_row:bottom_row + 1], default=0)
+            added = [cell_len(line.expandtabs(tab_width)) for line in insert_lines]
+            widths[top_row:bottom_row + 1] = added
+            if self._widest is not None:  # the widest line is measured again only when it shrank
+                widest = max(added, default=0)
+                self._widest = max(self._widest, widest) if widest >= self._widest or removed < self._widest else None
         return EditResult((top_row + len(insert_lines) - 1, destination_column), replaced_text)
 
 
 class StrictSyntaxDocument(SyntaxAwareDocument, StrictDocument):
-    """SyntaxAwareDocument's tree-sitter bookkeeping over StrictDocument's lines (by the MRO,
-    its super().replace_range is StrictDocument's)."""
+    """SyntaxAwareDocument's tree-sitter bookkeeping over StrictDocument's lines, with the
+    source bytes kept between edits.
+
+    Textual re-parses after every edit through a Python callback that tree-sitter calls once per
+    line it reads (thousands of calls a keystroke at 50,000 lines, since reusing each top-level
+    node costs a read), and finds an edit's byte offset by encoding every line above it. Here
+    the document keeps its UTF-8 bytes (every line followed by the newline, as the callback
+    served them) and each line's byte length: an edit splices the bytes, the offset is a sum
+    over ints, and tree-sitter parses from the buffer without calling back into Python. The
+    tree also keeps its source, so text predicates in highlight queries read real text.
+    """
 
     def __init__(self, text: str, language) -> None:
-        # SyntaxAwareDocument parses through a Python callback that tree-sitter calls once per
-        # line (half of opening a 50,000-line file); the first parse reads the same bytes at once:
-        # every line followed by the newline, as the callback serves them. Later edits re-parse
-        # incrementally through the callback, as Textual does.
         StrictDocument.__init__(self, text)
         self.language = language
         self._parser = Parser(language)
         newline = self.newline
-        self._syntax_tree = self._parser.parse((newline.join(self._lines) + newline).encode("utf-8"))
+        self._line_bytes = [len(line.encode("utf-8")) for line in self._lines]  # without the newline
+        self._source = bytearray((newline.join(self._lines) + newline).encode("utf-8"))
+        self._syntax_tree = self._parser.parse(self._source)
+
+    def _location_to_byte_offset(self, location: Location) -> int:
+        row, column = location
+        lines = self._lines
+        above = sum(self._line_bytes[:row]) + row * len(self.newline)
+        return above + (len(lines[row][:column].encode("utf-8")) if row < len(lines) else 0)
+
+    def replace_range(self, start: Location, end: Location, text: str) -> EditResult:
+        top, bottom = sorted((start, end))
+        start_byte, old_end_byte = self._location_to_byte_offset(top), self._location_to_byte_offset(bottom)
+        start_point, old_end_point = self._location_to_point(top), self._location_to_point(bottom)
+        result = StrictDocument.replace_range(self, start, end, text)
+        end_location = result.end_location
+        self._line_bytes[top[0]:bottom[0] + 1] = [len(line.encode("utf-8")) for line in self._lines[top[0]:end_location[0] + 1]]
+        # The inserted text as the document holds it (its line breaks are the document's newline).
+        inserted = self.get_text_range(top, end_location).encode("utf-8")
+        self._source[start_byte:old_end_byte] = inserted
+        self._syntax_tree.edit(
+            start_byte=start_byte, old_end_byte=old_end_byte, new_end_byte=start_byte + len(inserted),
+            start_point=start_point, old_end_point=old_end_point, new_end_point=self._location_to_point(end_location),
+        )
+        self._syntax_tree = self._parser.parse(self._source, self._syntax_tree)
+        return result
 
 
 class MeasuredWrappedDocument(WrappedDocument):

@@ -22,7 +22,7 @@ from textual.document._syntax_aware_document import SyntaxAwareDocumentError
 from ...core.changes import ChangeSet
 from .buffer_file import BufferFile
 from .document import MeasuredWrappedDocument, StrictDocument, StrictSyntaxDocument
-from .indent import dedent_to, newline_indent
+from .indent import KindAt, closing_dedent, dedent_to, newline_indent, splits_pair
 
 
 def indent_type_of(text: str) -> str:
@@ -77,11 +77,15 @@ class EditorArea(TextArea):
         self.before_typing: Callable[[], None] | None = None
         self.yield_tab = False  # while a run or preview is up, Tab means Accept (an app binding)
 
-    # Highlighting covers the rows on screen and this many on each side: Textual's TextArea
+    # Highlighting covers the rows on screen and one screen on each side. Textual's TextArea
     # queries the whole syntax tree on every edit, which made a keystroke in a 50,000-line file
-    # cost seconds (docs/editor.md); scrolling out of the window queries the new rows.
-    HIGHLIGHT_MARGIN = 300
+    # cost seconds (docs/editor.md); the query's cost follows the rows it covers, so a window
+    # of a few screens costs the same in any file longer than it. Scrolling near the window's
+    # edge queries around the new view (about a millisecond).
     _highlight_window: tuple[int, int] = (0, 0)
+
+    def _highlight_margin(self) -> int:
+        return max(self.size.height, 40)
 
     def _build_highlight_map(self) -> None:
         if not self._highlight_query:
@@ -89,9 +93,9 @@ class EditorArea(TextArea):
         self._line_cache.clear()
         highlights = self._highlights
         highlights.clear()
-        top, height = int(self.scroll_y), max(self.size.height, 50)
-        first = max(0, top - self.HIGHLIGHT_MARGIN)
-        last = min(self.document.line_count, top + height + self.HIGHLIGHT_MARGIN)
+        top, margin = int(self.scroll_y), self._highlight_margin()
+        first = max(0, top - margin)
+        last = min(self.document.line_count, top + self.size.height + margin)
         self._highlight_window = (first, last)
         captures = self.document.query_syntax_tree(self._highlight_query, (first, 0), (last, 0))
         for name, nodes in captures.items():
@@ -111,7 +115,8 @@ class EditorArea(TextArea):
             return
         first, last = self._highlight_window
         top, bottom = int(self.scroll_y), int(self.scroll_y) + self.size.height
-        if (top < first + 50 and first > 0) or (bottom > last - 50 and last < self.document.line_count):
+        near = self._highlight_margin() // 2
+        if (top < first + near and first > 0) or (bottom > last - near and last < self.document.line_count):
             self._build_highlight_map()
             self.refresh()
 
@@ -210,10 +215,55 @@ class EditorArea(TextArea):
             # Auto-indent (app/tui/indent.py): one edit, so one undo step.
             event.prevent_default()
             event.stop()
-            row, column = self.selection.start if self.selection.start <= self.selection.end else self.selection.end
-            unit = "\t" if self.indent_type == "tabs" else " " * self.indent_width
-            indent = newline_indent(self.document.lines[row][:column], self.language, unit)
-            self._replace_via_keyboard("\n" + indent, *self.selection)
+            self._enter_with_indent()
+        elif event.character and len(event.character) == 1 and not self.read_only and self.selection.is_empty:
+            row, column = self.selection.end
+            back_to = closing_dedent(self.document.lines[row][:column], event.character, self.indent_width, self.language)
+            if back_to is not None and self.indent_type == "spaces":
+                event.prevent_default()
+                event.stop()
+                self._replace_via_keyboard(event.character, (row, back_to), (row, column))
+
+    def _enter_with_indent(self) -> None:
+        top, bottom = sorted(self.selection)
+        row, column = top
+        line = self.document.lines[row]
+        before, after = line[:column], self.document.lines[bottom[0]][bottom[1]:]
+        kinds = self.character_kinds(row)
+        unit = "\t" if self.indent_type == "tabs" else " " * self.indent_width
+        indent = newline_indent(before, self.language, unit, kinds)
+        if splits_pair(before, after, self.language, kinds):
+            # {|} -> the cursor on an indented line of its own, the partner below at the line's indentation
+            own = indent[:len(indent) - len(unit)]
+            self._replace_via_keyboard("\n" + indent + "\n" + own, top, bottom)
+            self.move_cursor((row + 1, len(indent)))
+            return
+        self._replace_via_keyboard("\n" + indent, top, bottom)
+
+    def character_kinds(self, row: int) -> KindAt | None:
+        """What each character of line `row` is, from the syntax tree: "comment" or "string" when
+        it sits in a node of that kind (the grammars name them so: comment, line_comment,
+        string_content, raw_string_literal, char_literal, ...), "code" otherwise. None without a
+        tree (no grammar for the language)."""
+        tree = getattr(self.document, "_syntax_tree", None)
+        if tree is None:
+            return None
+        line = self.document.lines[row]
+        root = tree.root_node
+
+        def kind(column: int) -> str:
+            byte = len(line[:column].encode("utf-8"))
+            node = root.descendant_for_point_range((row, byte), (row, byte + 1))
+            while node is not None and node != root:
+                name = node.type
+                if "comment" in name:
+                    return "comment"
+                if "string" in name or name in ("char_literal", "rune_literal", "character_literal"):
+                    return "string"
+                node = node.parent
+            return "code"
+
+        return kind
 
     def action_delete_left(self) -> None:
         """Backspace: in a line's leading spaces, back one indent level; elsewhere one character."""
