@@ -114,7 +114,7 @@ class StrictSyntaxDocument(SyntaxAwareDocument, StrictDocument):
         newline = self.newline
         self._line_bytes = [len(line.encode("utf-8")) for line in self._lines]  # without the newline
         self._source = bytearray((newline.join(self._lines) + newline).encode("utf-8"))
-        self._syntax_tree = self._parser.parse(self._source)
+        self._syntax_tree = self._parser.parse(bytes(self._source))
 
     def _location_to_byte_offset(self, location: Location) -> int:
         row, column = location
@@ -136,7 +136,9 @@ class StrictSyntaxDocument(SyntaxAwareDocument, StrictDocument):
             start_byte=start_byte, old_end_byte=old_end_byte, new_end_byte=start_byte + len(inserted),
             start_point=start_point, old_end_point=old_end_point, new_end_point=self._location_to_point(end_location),
         )
-        self._syntax_tree = self._parser.parse(self._source, self._syntax_tree)
+        # An immutable copy (a fraction of a millisecond at 50,000 lines): the tree keeps the
+        # buffer it was parsed from, and the bytearray is spliced by the next edit.
+        self._syntax_tree = self._parser.parse(bytes(self._source), self._syntax_tree)
         return result
 
 
