@@ -390,3 +390,16 @@ def test_prose_fill_body_is_the_paragraph():
     doc = parse_document(text, path="notes.md")
     start, end = body_range(doc, text.index("still"))
     assert text[start:end].startswith("First paragraph,") and "Second" not in text[start:end]
+
+
+def test_the_common_extensions_are_what_pygments_says():
+    """core.syntax answers the commonest extensions itself (pygments' file-name lookup costs
+    0.2 s on first use); each answer is the one pygments' table gives."""
+    from pygments.lexers import get_lexer_for_filename
+
+    from sharpen.core import syntax
+
+    for suffix, name in syntax.COMMON_EXTENSIONS.items():
+        lexer = get_lexer_for_filename(f"file{suffix}")
+        expected = next((syntax._ALIASES[a] for a in lexer.aliases if a in syntax._ALIASES), syntax.PLAIN)
+        assert name == expected, suffix

@@ -134,7 +134,6 @@ class SharpenApp(App):
         await tabs.add_pane(TabPane(buffer.name, pane, id=f"tab-{self._buffer_ids}"))
         pane.register_syntax_theme(syntax_theme_for(self.current_theme, self.loaded_themes))
         pane.editor.theme = pane.preview.theme = self.current_theme.name
-        pane.editor.language = language_for(buffer.path, buffer.original, pane.editor.available_languages)
         if activate:
             tabs.active = f"tab-{self._buffer_ids}"
             pane.editor.focus()

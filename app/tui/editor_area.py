@@ -20,7 +20,7 @@ from textual._tree_sitter import TREE_SITTER, get_language
 from textual.document._syntax_aware_document import SyntaxAwareDocumentError
 
 from ...core.changes import ChangeSet
-from .buffer_file import BufferFile
+from .buffer_file import BufferFile, language_for
 from .document import MeasuredWrappedDocument, StrictDocument, StrictSyntaxDocument
 from .indent import KindAt, closing_dedent, dedent_to, newline_indent, splits_pair
 
@@ -53,15 +53,15 @@ class EditorArea(TextArea):
     dirty: reactive[bool] = reactive(False)
     mark_count: reactive[int] = reactive(0)
 
-    def __init__(self, buffer: BufferFile, language: str | None, soft_wrap: bool = False, **kwargs) -> None:
-        # TextArea builds a document from its text (a plain one, then ours) and wraps each: a
-        # pass over every line apiece, seconds on a 50,000-line file. Start it empty and build
-        # the document once here (one parse, one wrap).
-        super().__init__(
-            "", language=language, soft_wrap=soft_wrap, tab_behavior="indent",
-            show_line_numbers=True, **kwargs,
-        )
+    def __init__(self, buffer: BufferFile, soft_wrap: bool = False, **kwargs) -> None:
+        # TextArea builds a document from its text, and again whenever `language` is set: each
+        # a pass over every line, and a parse, seconds on a 50,000-line file. Start it empty,
+        # decide the language first, build the document once here (one parse, one wrap) and set
+        # `language` without its watcher (which would build it again).
+        super().__init__("", soft_wrap=soft_wrap, tab_behavior="indent", show_line_numbers=True, **kwargs)
+        language = language_for(buffer.path, buffer.original, self.available_languages)
         self._set_document(buffer.original, language)
+        self.set_reactive(EditorArea.language, language)
         self.indent_type = indent_type_of(buffer.original)
         self.buffer = buffer
         self.saved_lines = list(self.document.lines)

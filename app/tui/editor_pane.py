@@ -133,7 +133,7 @@ class EditorPane(Container):
     def __init__(self, buffer: BufferFile, session: Session, soft_wrap: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
         self.session = session
-        self.editor = EditorArea(buffer, None, soft_wrap=soft_wrap)
+        self.editor = EditorArea(buffer, soft_wrap=soft_wrap)
         self.preview = PreviewView()
         self.edit_run: Run | None = None
         self._pending_frame: EditProgress | None = None

@@ -22,11 +22,12 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from ...core.syntax import PROSE
+
 OPENS = ("(", "[", "{")
 PAIRS = {"(": ")", "[": "]", "{": "}"}
 CLOSES = tuple(PAIRS.values())
 PYTHON_BLOCK_END = re.compile(r"(return\b.*|pass|break|continue|raise\b.*)$")
-PROSE = ("markdown", "rst", "restructuredtext", "text")
 
 KindAt = Callable[[int], str]  # column of the line -> "code" | "string" | "comment"
 
