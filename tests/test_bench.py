@@ -1,4 +1,6 @@
 """bench/speed.py's measuring loop on the tiny model: every method fills every slot, rows add up."""
+import shutil
+
 import pytest
 import speed  # bench/speed.py (pytest's pythonpath)
 
@@ -128,3 +130,12 @@ def test_synthetic_bench_runs_diffusion_gemma_beside_transformers_generate(capsy
     rows = [line for line in out.splitlines() if line.startswith("| diffusiongemma-small")]
     assert [r.split("|")[3].strip() for r in rows] == ["sharpen (renoise loop)", "transformers generate"]
     assert {r.split("|")[8].strip() for r in rows} == {"48"}  # the same decoder passes in both: one per step
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="bench/typing_screen.py drives the editor through tmux")
+def test_typing_screen_bench_times_keys_reaching_the_screen(capsys):
+    import typing_screen
+
+    assert typing_screen.main(["--lines", "200", "--keys", "2", "--settle", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| sharpen |")]
+    assert len(rows) == 1 and float(rows[0].split("|")[3]) > 0
