@@ -5,7 +5,8 @@
 
 In-process, through Textual's pilot: the file is the standard library's argparse.py repeated to
 N lines; the cursor goes to the end of line 100, then each key press is timed from the press
-until the app is idle again (the key handled, the screen refreshed): typing a character, moving
+until the app is idle again (the key handled, the screen refreshed): typing a character, Enter
+(a new line: every row below moves), moving
 the cursor down, extending the selection, paging down (medians). Also the time from start to
 the first idle screen (open). Rows: sharpen (its EditorArea, Python highlighting), the bare
 `TextArea.code_editor` with Python highlighting, and the bare one without a language. The
@@ -60,7 +61,8 @@ async def measure(make, keys: int) -> tuple[float, dict[str, list[float]]]:
         area.focus()
         area.move_cursor((99, len(area.document.lines[99])))
         await pilot.pause()
-        times = {"type": await timed_keys(pilot, "x", keys), "cursor": await timed_keys(pilot, "down", keys),
+        times = {"type": await timed_keys(pilot, "x", keys), "enter": await timed_keys(pilot, "enter", keys),
+                 "cursor": await timed_keys(pilot, "down", keys),
                  "select": await timed_keys(pilot, "shift+right", keys), "scroll": await timed_keys(pilot, "pagedown", keys)}
     return opened, times
 
@@ -74,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     from sharpen.app.tui.editor_app import SharpenApp
     from sharpen.app.tui.themes import load_themes
 
-    print("| editor | lines | open s | type ms | cursor down ms | shift+right ms | page down ms |")
-    print("|---|---|---|---|---|---|---|")
+    print("| editor | lines | open s | type ms | enter ms | cursor down ms | shift+right ms | page down ms |")
+    print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(x) for x in args.lines.split(",")):
             text = source_of(n)
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             for name, make in makers.items():
                 opened, times = asyncio.run(measure(make, args.keys))
-                medians = [statistics.median(t * 1000 for t in times[k]) for k in ("type", "cursor", "select", "scroll")]
+                medians = [statistics.median(t * 1000 for t in times[k]) for k in ("type", "enter", "cursor", "select", "scroll")]
                 print(f"| {name} | {n} | {opened:.2f} | " + " | ".join(f"{m:.1f}" for m in medians) + " |")
                 sys.stdout.flush()
     return 0

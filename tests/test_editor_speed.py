@@ -65,9 +65,37 @@ def test_the_unwrapped_fast_path_equals_textuals_wrap():
     for tab_width in (4, 8):
         ours = MeasuredWrappedDocument(StrictDocument(text), tab_width=tab_width)
         theirs = WrappedDocument(StrictDocument(text), tab_width=tab_width)
-        for name in ("_wrap_offsets", "_offset_to_line_info", "_line_index_to_offsets", "_tab_width_cache"):
-            assert getattr(ours, name) == getattr(theirs, name), name
-        assert ours.height == theirs.height
+        assert_same_tables(ours, theirs)
+
+
+def assert_same_tables(ours, theirs) -> None:
+    """MeasuredWrappedDocument's tables read as Textual's WrappedDocument's do."""
+    for name in ("_wrap_offsets", "_offset_to_line_info", "_line_index_to_offsets", "_tab_width_cache"):
+        assert [list(x) if isinstance(x, (list, tuple)) and name != "_offset_to_line_info" else x for x in getattr(ours, name)] \
+            == list(getattr(theirs, name)), name
+    assert ours.height == theirs.height
+    assert ours._offset_to_line_info[-1] == theirs._offset_to_line_info[-1]
+    assert ours._line_index_to_offsets[1:3] == theirs._line_index_to_offsets[1:3]
+
+
+def test_unwrapped_edits_keep_the_tables_textual_keeps():
+    """With soft wrap off an edit updates only the tab widths of its lines (the row tables are
+    computed); after Enter, joined lines, pasted blocks and tabs the tables read as Textual's."""
+    from textual.document._wrapped_document import WrappedDocument
+
+    from sharpen.app.tui.document import MeasuredWrappedDocument, RowTable, StrictDocument
+
+    text = "def f(x):\n\treturn x\t# tab\n\n  東京\t☃\n\t\t\nlast"
+    ours_doc, theirs_doc = StrictDocument(text), StrictDocument(text)
+    ours, theirs = MeasuredWrappedDocument(ours_doc, tab_width=4), WrappedDocument(theirs_doc, tab_width=4)
+    edits = [((0, 9), (0, 9), "\n"), ((1, 0), (3, 2), ""), ((0, 0), (0, 0), "a\tb\nc\n\nd"), ((5, 1), (5, 1), "\t"),
+             ((2, 0), (6, 0), "x"), ((0, 0), (0, 1), "")]
+    for start, end, insert in edits:
+        for doc, wrapped in ((ours_doc, ours), (theirs_doc, theirs)):
+            result = doc.replace_range(start, end, insert)
+            wrapped.wrap_range(start, end, result.end_location)
+        assert isinstance(ours._offset_to_line_info, RowTable)
+        assert_same_tables(ours, theirs)
 
 
 def test_the_first_parse_from_bytes_is_the_tree_textual_builds():

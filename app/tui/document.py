@@ -9,8 +9,8 @@ included, stay in their line as text.
 """
 from __future__ import annotations
 
-import gc
 import re
+from collections.abc import Sequence
 
 from rich.cells import cell_len
 from textual.geometry import Size
@@ -143,14 +143,51 @@ class StrictSyntaxDocument(SyntaxAwareDocument, StrictDocument):
         return result
 
 
+class RowTable(Sequence):
+    """A per-line table of an unwrapped document, computed when read: with soft wrap off row y is
+    line y, so WrappedDocument's lists (the wrap offsets [], the line of each row (y, 0), the
+    rows of each line [y]) are functions of the index. Kept as lists they were three Python
+    objects per line, rebuilt for every line below an Enter (tens of ms at 50,000 lines) and
+    walked by every full garbage collection."""
+
+    def __init__(self, count: int, item) -> None:
+        self.count, self.item = count, item
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self.item(i) for i in range(*index.indices(self.count))]
+        if index < 0:
+            index += self.count
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        return self.item(index)
+
+
+def _no_wrap(row: int) -> list[int]:
+    return []
+
+
+def _line_of_row(row: int) -> tuple[int, int]:
+    return (row, 0)
+
+
+def _rows_of_line(row: int) -> list[int]:
+    return [row]
+
+
 class MeasuredWrappedDocument(WrappedDocument):
     """Textual's WrappedDocument with its height kept instead of summed over every line each
     time it is read: TextArea reads it once per rendered line, which made every repaint of a
     50,000-line file cost seconds (docs/textual-upstream.md). Recomputed once per (re)wrap.
 
-    And a wrap at the width and tab width it already has is skipped: TextArea asks for one at
-    every layout pass (16 times while a file opens), each a pass over every line's tabs; edits
-    keep the wrapping current through wrap_range.
+    A wrap at the width and tab width it already has is skipped: TextArea asks for one at every
+    layout pass (16 times while a file opens), each a pass over every line's tabs; edits keep
+    the wrapping current through wrap_range. With soft wrap off (the editor's default) rows are
+    lines: the per-line tables are RowTables and an edit updates only the tab widths of the
+    lines it touched.
     """
 
     _height: int | None = None
@@ -174,28 +211,37 @@ class MeasuredWrappedDocument(WrappedDocument):
             super().wrap(width, tab_width)
         self._wrapped_for = (width, tab_width)
         self._height = None
-        # A wrap builds a few Python containers per line (offsets, tab widths): 150,000 at
-        # 50,000 lines, which every full garbage collection then walks, a few ms of a keystroke.
-        # They never form cycles (reference counting frees them): keep the collector off them.
-        gc.freeze()
+
+    def _tab_widths(self, line: str):
+        """A line's tab widths as WrappedDocument measures them; lines without a tab (most) share
+        one immutable answer instead of a list each."""
+        if "\t" in line:
+            return tuple(w for _, w in get_tab_widths(line, self._tab_width))
+        return (0,) if line else ()
 
     def _unwrapped(self, tab_width: int | None) -> None:
-        """What WrappedDocument.wrap(0) computes, without its per-line regex pass: with soft wrap
-        off (the editor's default) every line is one row, and only lines holding a tab need
-        their tab widths measured (a line without one has [0], an empty line [])."""
+        """What WrappedDocument.wrap(0) computes, without its per-line regex pass and lists."""
         self._width = 0
         if tab_width:
             self._tab_width = tab_width
         lines = self.document.lines
-        rows = range(len(lines))
-        tab_size = self._tab_width
-        self._wrap_offsets = [[] for _ in rows]
-        self._offset_to_line_info = [(row, 0) for row in rows]
-        self._line_index_to_offsets = [[row] for row in rows]
-        self._tab_width_cache = [
-            [w for _, w in get_tab_widths(line, tab_size)] if "\t" in line else ([0] if line else []) for line in lines
-        ]
+        self._set_row_tables(len(lines))
+        self._tab_width_cache = [self._tab_widths(line) for line in lines]
+
+    def _set_row_tables(self, count: int) -> None:
+        self._wrap_offsets = RowTable(count, _no_wrap)
+        self._offset_to_line_info = RowTable(count, _line_of_row)
+        self._line_index_to_offsets = RowTable(count, _rows_of_line)
 
     def wrap_range(self, start: Location, old_end: Location, new_end: Location) -> None:
-        super().wrap_range(start, old_end, new_end)
         self._height = None
+        if self._width != 0:
+            return super().wrap_range(start, old_end, new_end)
+        # The rows WrappedDocument.wrap_range recomputes, clamped as it clamps them.
+        lines = self.document.lines
+        old_last, new_last = len(self._tab_width_cache) - 1, len(lines) - 1
+        first = max(0, min(start[0], old_last, new_last))
+        top, old_bottom = sorted((first, max(0, min(old_end[0], old_last))))
+        new_bottom = max(first, max(0, min(new_end[0], new_last)))
+        self._set_row_tables(len(lines))
+        self._tab_width_cache[top:old_bottom + 1] = [self._tab_widths(line) for line in lines[top:new_bottom + 1]]
