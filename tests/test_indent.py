@@ -1,6 +1,8 @@
 """app/tui/indent.py and the editor's Enter / Backspace."""
 from __future__ import annotations
 
+import contextlib
+
 from pilot import make_app
 
 from sharpen.app.tui.indent import closing_dedent, dedent_to, newline_indent, splits_pair
@@ -16,12 +18,18 @@ def test_newline_indent_rules():
     assert dedent_to(8, 4) == 4 and dedent_to(6, 4) == 4 and dedent_to(1, 4) == 0
 
 
-async def test_enter_indents_after_a_block_and_backspace_dedents(tmp_path):
-    path = tmp_path / "f.py"
-    path.write_text("def f():\n")
+@contextlib.asynccontextmanager
+async def editing(tmp_path, name: str, text: str):
+    """The editor on a file holding `text`: (pilot, its EditorArea)."""
+    path = tmp_path / name
+    path.write_text(text)
     app = make_app([path])
     async with app.run_test(size=(100, 32)) as pilot:
-        editor = app.active_pane().editor
+        yield pilot, app.active_pane().editor
+
+
+async def test_enter_indents_after_a_block_and_backspace_dedents(tmp_path):
+    async with editing(tmp_path, "f.py", "def f():\n") as (pilot, editor):
         editor.move_cursor((0, 8))
         await pilot.press("enter", *"if x:", "enter", *"return 1", "enter")
         assert editor.buffer_text == "def f():\n    if x:\n        return 1\n    \n"
@@ -50,31 +58,23 @@ def test_prose_keeps_the_indentation_and_pairs_split():
 
 async def test_the_syntax_tree_decides_what_is_code(tmp_path):
     """Colons and brackets inside strings and comments do not indent; a trailing comment does not
-    hide the colon before it (the tree says what each character is, in Python and in JavaScript)."""
-    path = tmp_path / "f.py"
-    path.write_text('x = "a:"\ny = "f("\nif x:  # note: (\n    z = 1  # see [\ns = """\nreturn 1\n"""\n')
-    app = make_app([path])
-    async with app.run_test(size=(100, 32)) as pilot:
-        editor = app.active_pane().editor
+    hide the colon before it; "return" inside a string is text, not a block's end."""
+    text = 'x = "a:"\ny = "f("\nif x:  # note: (\n    z = 1  # see [\ns = """\n    return 1\n"""\n'
+    async with editing(tmp_path, "f.py", text) as (pilot, editor):
         kinds = editor.character_kinds(0)
         assert kinds(6) == "string" and kinds(0) == "code"
         assert editor.character_kinds(2)(10) == "comment"
-        for row, expected in ((0, ""), (1, ""), (2, "    "), (3, "    ")):
+        for row, expected in ((0, ""), (1, ""), (2, "    "), (3, "    "), (5, "    ")):
             line = editor.document.lines[row]
             assert newline_indent(line, "python", "    ", editor.character_kinds(row)) == expected, row
-        # "return 1" inside a triple-quoted string is text, not a block's end
-        assert newline_indent("return 1", "python", "    ", editor.character_kinds(5)) == "return 1"[:0]
+        assert newline_indent("    return 1", "python", "    ") == ""  # the same line as code does dedent
         editor.move_cursor((3, len(editor.document.lines[3])))
         await pilot.press("enter", *"w")
         assert editor.document.lines[4] == "    w"
 
 
 async def test_enter_between_braces_and_a_closing_brace_dedents(tmp_path):
-    path = tmp_path / "f.js"
-    path.write_text("function f() {}\n")
-    app = make_app([path])
-    async with app.run_test(size=(100, 32)) as pilot:
-        editor = app.active_pane().editor
+    async with editing(tmp_path, "f.js", "function f() {}\n") as (pilot, editor):
         editor.move_cursor((0, 14))
         await pilot.press("enter", *"if (x) {", "enter", *"y();", "enter", "}")
         assert editor.buffer_text == "function f() {\n    if (x) {\n        y();\n    }\n}\n"
