@@ -7,7 +7,9 @@ over the vocabulary (CUDA, or the CPU under TRITON_INTERPRET=1 for tests).
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
+import logging
 import os
 
 import torch
@@ -16,17 +18,42 @@ from . import reference
 
 IMPLEMENTATIONS = ("reference", "triton")
 
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def triton_problem() -> str | None:
+    """Why triton cannot be used here, or None. Finding the package is not enough: a wheel
+    built for another CUDA, or a driver it does not know, fails at import, and the step must
+    not be the place that finds out."""
+    if importlib.util.find_spec("triton") is None:
+        return "the triton package is not installed"
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception as exc:  # any failure at import means the same: no fused kernels
+        return f"triton does not import ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'})"
+    return None
+
 
 def choose(implementation: str, device: torch.device) -> str:
-    """'auto' means triton on CUDA and the reference elsewhere; anything else is taken as asked,
-    if it can run here (ValueError otherwise: triton needs CUDA, or its CPU interpreter)."""
+    """'auto' means triton on CUDA when triton imports, and the reference elsewhere; anything
+    else is taken as asked, if it can run here (ValueError otherwise: triton needs CUDA, or its
+    CPU interpreter, and a triton that imports)."""
     if implementation == "auto":
-        return "triton" if device.type == "cuda" else "reference"
+        if device.type != "cuda":
+            return "reference"
+        problem = triton_problem()
+        if problem is not None:
+            log.info("per-step kernels: the torch reference (%s)", problem)
+            return "reference"
+        return "triton"
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"unknown kernel implementation {implementation!r}; known: auto, {', '.join(IMPLEMENTATIONS)}")
     if implementation == "triton":
-        if importlib.util.find_spec("triton") is None:
-            raise ValueError("the triton kernels need the triton package; use --kernels auto or reference")
+        problem = triton_problem()
+        if problem is not None:
+            raise ValueError(f"the triton kernels cannot run: {problem}; use --kernels auto or reference")
         if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise ValueError(f"the triton kernels run on CUDA, not {device.type} (TRITON_INTERPRET=1 interprets them, slowly); use --kernels auto or reference")
     return implementation

@@ -46,10 +46,14 @@ def _fused_confidence_kernel(
         cols = start + tl.arange(0, BLOCK_V)
         valid = cols < V
         x = tl.load(base + cols, mask=valid, other=-float("inf")).to(tl.float32)
+        x = tl.where(x != x, -float("inf"), x)  # NaN (a float16 overflow upstream) never wins, never poisons the sums
         chunk_max = tl.max(x, axis=0)
         new_m = tl.maximum(m, chunk_max)
-        scale = tl.exp(m - new_m)
-        e = tl.where(valid, tl.exp(x - new_m), 0.0)
+        # Until a finite logit is seen the running max is -inf, and exp(-inf - -inf) is NaN:
+        # subtract a finite stand-in instead (every exp is then 0, and so is the sum so far).
+        safe_m = tl.where(new_m == -float("inf"), 0.0, new_m)
+        scale = tl.exp(m - safe_m)
+        e = tl.where(valid, tl.exp(x - safe_m), 0.0)
         s = s * scale + tl.sum(e, axis=0)
         t = t * scale + tl.sum(e * tl.where(e > 0.0, x, 0.0), axis=0)  # no 0 * -inf from padding or banned ids
         m = new_m

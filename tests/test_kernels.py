@@ -72,6 +72,35 @@ def test_fused_confidence_reads_masked_rows_only(M, V):
         assert not out[~active].isnan().any() and (out[~active] == 0).all()
 
 
+@pytest.mark.parametrize("V", [4097, 5000, 9000])
+def test_fused_confidence_when_a_whole_first_chunk_is_banned(V):
+    # The kernel streams the vocabulary in chunks of 4,096: a row whose first chunk is all -inf
+    # (banned ids, or a vocabulary whose low ids are all special) started its running max at
+    # -inf and computed exp(-inf - -inf) = NaN, poisoning p, margin and entropy.
+    g = torch.Generator().manual_seed(V)
+    logits = torch.randn(3, V, generator=g)
+    logits[0, :4096] = float("-inf")
+    logits[1, : V - 1] = float("-inf")  # one finite logit, in the last chunk
+    tokens, p, margin, neg_entropy = triton_step.fused_confidence(logits, None, 0.0)
+    assert torch.equal(tokens, logits.argmax(-1))
+    for policy, got in (("confidence", p), ("margin", margin), ("entropy", neg_entropy)):
+        assert torch.isfinite(got).all(), policy
+        torch.testing.assert_close(got, R.score(logits, tokens, policy, g)[0].float(), atol=2e-5, rtol=1e-4)
+    assert p[1] == 1.0
+
+
+def test_fused_confidence_never_picks_nan():
+    # A float16 model that overflowed hands the step NaN logits; a NaN must not become the
+    # proposal (torch.argmax would pick it) nor turn the row's statistics into NaN.
+    logits = torch.randn(2, 300)
+    logits[:, 17] = float("nan")
+    tokens, p, margin, neg_entropy = triton_step.fused_confidence(logits, None, 0.0)
+    clean = logits.nan_to_num(nan=float("-inf"))
+    assert torch.equal(tokens, clean.argmax(-1))
+    torch.testing.assert_close(p, clean.softmax(-1).max(-1).values)
+    assert torch.isfinite(margin).all() and torch.isfinite(neg_entropy).all()
+
+
 @pytest.mark.parametrize("B, P", [(1, 1), (2, 7), (3, 32), (2, 100), (1, 257)])
 def test_select_commits_matches_reference(B, P):
     g = torch.Generator().manual_seed(B * 1000 + P)
@@ -109,3 +138,19 @@ def test_triton_on_a_cpu_without_the_interpreter_is_a_usage_error(monkeypatch, t
         step.choose("triton", torch.device("cpu"))
     with pytest.raises(UsageError, match="--kernels auto or reference"):
         apply_edit(tiny_denoiser, "x = 1\n", [Span(4, 5)], Sampling(kernels="triton"))
+
+
+def test_auto_falls_back_to_the_reference_when_triton_does_not_import(monkeypatch):
+    # A triton that is installed but fails at import (a wheel for another CUDA) must not be
+    # picked by "auto" on CUDA, and asking for it by name is one plain error.
+    import sys
+
+    monkeypatch.setitem(sys.modules, "triton.language", None)  # "import triton.language" now raises ImportError
+    step.triton_problem.cache_clear()
+    try:
+        assert "does not import" in step.triton_problem()
+        assert step.choose("auto", torch.device("cuda")) == "reference"
+        with pytest.raises(ValueError, match="triton kernels cannot run: triton does not import"):
+            step.choose("triton", torch.device("cpu"))
+    finally:
+        step.triton_problem.cache_clear()
