@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 
 from ..core.errors import Cancelled, InputError, UsageError
 from ..core.files import MAX_FILE_BYTES, NotRegularFile, TextFile, check_writable, decode_bytes, read_text_file, save_text_file
+from ..core.request import EditRequest
 from ..core.spans import Span, validate_spans
 from .config import Config
 from .specs import LineIndex, format_range, parse_edit_list, parse_spec
@@ -175,12 +176,13 @@ class Progress:
         self.enabled = enabled
         self.open = False  # a step line is on screen without its newline
 
-    def update(self, frame) -> None:
+    def update(self, frame, noise: str = "mask") -> None:
+        """`frame`: a core.run.Progress; `noise`: how the model's canvas starts (random: noise, not masks)."""
         if self.enabled:
             self.open = True
             rate = f"{(frame.total_steps and (frame.step / max(frame.elapsed, 1e-9))):.1f} steps/s"
-            unsharp = "noise" if frame._sharp is not None else "masked"  # random-token models show noise, not masks
-            sys.stderr.write(f"\rsharpen: step {frame.step}/{frame.total_steps}, {frame.masked} {unsharp}, {rate}  ")
+            unsharp = "noise" if noise == "random" else "masked"
+            sys.stderr.write(f"\rsharpen: step {frame.step}/{frame.total_steps}, {frame.unsharp} {unsharp}, {rate}  ")
             sys.stderr.flush()
 
     def finish(self, result) -> None:
@@ -196,8 +198,9 @@ class Progress:
             self.open = False
 
 
-def run_headless(job: HeadlessJob, config: Config = Config(), denoiser=None, process_exits: bool = False) -> int:
-    """The whole headless run; `denoiser` lets a caller (bench/soak.py) reuse a loaded model.
+def run_headless(job: HeadlessJob, config: Config = Config(), denoiser=None, process_exits: bool = False, backend=None) -> int:
+    """The whole headless run; `denoiser` lets a caller (bench/soak.py) reuse a loaded model,
+    `backend` (app/backend.py) run it elsewhere.
 
     `process_exits`: the caller ends the process right after (the CLI). Then, once the result
     is written, stop signals are ignored for the rest of the process: exit 0 means written,
@@ -211,7 +214,11 @@ def run_headless(job: HeadlessJob, config: Config = Config(), denoiser=None, pro
     previous = {sig: signal.signal(sig, _on_stop) for sig in _STOP_SIGNALS} if main_thread else {}
     done = False
     try:
-        code = _run(job, config, denoiser)
+        if backend is None and denoiser is not None:
+            from .backend import LocalBackend
+
+            backend = LocalBackend.of(denoiser)
+        code = _run(job, config, backend)
         done = True
         return code
     finally:
@@ -222,50 +229,49 @@ def run_headless(job: HeadlessJob, config: Config = Config(), denoiser=None, pro
                 signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
-def _run(job: HeadlessJob, config: Config, denoiser) -> int:
+def _run(job: HeadlessJob, config: Config, backend) -> int:
     if job.in_place and job.file == "-":
         raise UsageError("--in-place needs a file, not stdin")
     source = read_input(job.file)
     spans = read_spans(job, config, source)
     if job.in_place:
         check_writable(source.path)  # fail now, not after minutes of denoising
+    request = EditRequest(source.text, tuple(spans), config.sampling, config.editing, None if job.file == "-" else job.file)
 
-    if denoiser is None:
+    if backend is None:
         from .model_choice import resolve_model_path
 
         resolve_model_path(config.model.model)  # a missing --model says so before torch loads
     with _exit_at_once_on_stop():
-        from ..core.engine import edit_options, run_edit  # torch loads here, after input and SPEC are known good
+        if backend is None:
+            from .backend import LocalBackend  # torch loads in load(), after input and SPEC are known good
 
-        if denoiser is None:
-            from .model_choice import load_model
+            backend = LocalBackend(config.model, quiet=job.quiet)
+        info = backend.load()
+    from ..core.run import Done
 
-            denoiser = load_model(config.model, quiet=job.quiet)
-    options = edit_options(config.editing, path=None if job.file == "-" else job.file)  # --candidates, --length, --context-tokens
     progress = Progress(sys.stderr.isatty() and not job.quiet)
     started = time.perf_counter()
-    result = None
-    sharp_per_step: list[int] = []  # --json: slots sharp (committed, or accepted this step) after each step
+    done = None
     try:
-        for update in run_edit(denoiser, source.text, spans, config.sampling, **options):
-            progress.update(update.frame)
-            if job.output == "json" and not update.done:
-                frame = update.frame
-                sharp_per_step.append(sum(len(s.tokens) for s in frame.spans) - frame.masked)
-            result = update.result or result
+        for event in backend.run(request, every=0.0 if progress.enabled else None):
+            if isinstance(event, Done):
+                done = event
+            else:
+                progress.update(event, info.noise)
     except BaseException:
         progress.abort()
         raise
-    if result is None:
+    if done is None:
         raise Cancelled("the edit was cancelled; nothing was written")
-    progress.finish(result)
-    write_result(job, source, spans, result, denoiser, time.perf_counter() - started, sharp_per_step)
+    progress.finish(done.result)
+    write_result(job, source, done, time.perf_counter() - started)
     return 0
 
 
-def write_result(job: HeadlessJob, source: TextFile, spans: list[Span], result, denoiser, seconds: float,
-                 sharp_per_step: list[int] = ()) -> None:
-    new_text = result.changes().apply(source.text)  # the engine's edit, applied here as in the editor
+def write_result(job: HeadlessJob, source: TextFile, done, seconds: float) -> None:
+    """Write `done` (a core.run.Done)'s edit where the job says: the file, a diff, JSON or the text."""
+    new_text = done.result.changes().apply(source.text)  # the engine's edit, applied here as in the editor
     if job.in_place:
         if new_text == source.text:
             return  # nothing changed: leave the file, its mtime included
@@ -282,36 +288,36 @@ def write_result(job: HeadlessJob, source: TextFile, spans: list[Span], result, 
         diff = difflib.unified_diff(source.text.splitlines(keepends=True), new_text.splitlines(keepends=True), old_label, new_label)
         _write_stdout(colour_diff("".join(_terminated(diff)), sys.stdout).encode("utf-8", "surrogateescape"))  # colour on a terminal only
     elif job.output == "json":
-        index = LineIndex.of(source.text)
-        payload = {
-            "file": display_name(source.path) if source.path else "-",
-            "model": denoiser.spec.name,
-            "steps": result.steps,
-            "tokens": result.tokens,
-            "seconds": round(seconds, 4),
-            "denoise_seconds": round(result.seconds, 4),
-            "tokens_per_second": round(result.tokens / max(result.seconds, 1e-9), 2),
-            # How the canvas starts: "mask" (masked diffusion) or "random" (DiffusionGemma: noise
-            # re-drawn every step). sharp_per_step[k]: slots sharp after step k (0: the start).
-            "noise": getattr(denoiser, "noise", "mask"),
-            "sharp_per_step": list(sharp_per_step),
-            "spans": [
-                {
-                    "range": format_range(index, r.span.start, r.span.end),
-                    "mode": r.span.mode,
-                    "text": r.text,
-                    "steps": result.steps,
-                    "tokens": r.tokens,
-                    "seconds": round(result.seconds, 4),
-                    "alternatives": list(r.alternatives[1:]),
-                }
-                for r in result.spans
-            ],
-            "text": new_text,
-        }
-        _write_stdout((json.dumps(payload, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
+        _write_stdout((json.dumps(json_report(done, source, seconds), ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
     else:
         _write_stdout(source.encode(new_text))
+
+
+def json_report(done, source: TextFile, seconds: float) -> dict:
+    """--json: the run's shared JSON form (core.run.Done.to_json, what the server sends too)
+    plus what only a file has: its name, line:column ranges, the whole new text."""
+    shared = done.to_json()
+    index = LineIndex.of(source.text)
+    denoise = shared["denoise_seconds"]
+    return {
+        "file": display_name(source.path) if source.path else "-",
+        "model": shared["model"],
+        "steps": shared["steps"],
+        "tokens": shared["tokens"],
+        "seconds": round(seconds, 4),
+        "denoise_seconds": denoise,
+        "tokens_per_second": shared["tokens_per_second"],
+        # How the canvas starts: "mask" (masked diffusion) or "random" (DiffusionGemma: noise
+        # re-drawn every step). sharp_per_step[k]: slots sharp after step k (0: the start).
+        "noise": shared["noise"],
+        "sharp_per_step": shared["sharp_per_step"],
+        "spans": [
+            {"range": format_range(index, s["start"], s["end"]), "mode": s["mode"], "text": s["text"], "steps": shared["steps"],
+             "tokens": s["tokens"], "seconds": denoise, "alternatives": s["alternatives"]}
+            for s in shared["spans"]
+        ],
+        "text": done.result.changes().apply(source.text),
+    }
 
 
 def display_name(path) -> str:

@@ -30,8 +30,10 @@ async def wait_for(pilot, predicate, timeout: float = 20.0) -> None:
 
 
 async def with_model(app, pilot, denoiser) -> None:
-    app.post_message(ModelLoaded(denoiser, "cpu", 0.0))
-    await wait_for(pilot, lambda: app.denoiser is not None)
+    from sharpen.app.backend import LocalBackend
+
+    app.post_message(ModelLoaded(LocalBackend.of(denoiser), "cpu", 0.0))
+    await wait_for(pilot, lambda: app.backend is not None)
 
 
 def notices(app) -> str:

@@ -241,11 +241,11 @@ async def test_model_loads_in_the_background(example, tiny_model_dir, monkeypatc
     monkeypatch.setattr(editor_app, "load_model", slow_load)
     app = SharpenApp([example], Config.of(model=str(tiny_model_dir), device="cpu"), load_themes(None))
     async with app.run_test(size=SIZE) as pilot:
-        assert app.status.model == "loading model…" and app.denoiser is None
+        assert app.status.model == "loading model…" and app.backend is None
         await pilot.press("z")  # the editor works while the model loads
         assert app.active_pane().editor.text.startswith("z")
         gate.set()
-        await wait_for(pilot, lambda: app.denoiser is not None, timeout=60)
+        await wait_for(pilot, lambda: app.backend is not None, timeout=60)
         assert app.status.model == "tiny-random" and app.status.device == "cpu"
 
 

@@ -185,22 +185,22 @@ class SharpenApp(App):
         self.run_worker(partial(load_model, self.config.model, self.post_message), thread=True, group="model", exit_on_error=False)
 
     @property
-    def denoiser(self):
-        return self.session.denoiser
+    def backend(self):
+        return self.session.backend
 
     @property
     def model_error(self) -> str | None:
         return self.session.model_error
 
     def on_model_loaded(self, message: ModelLoaded) -> None:
-        self.session.denoiser, self.session.model_error = message.denoiser, None
+        self.session.backend, self.session.model_error = message.backend, None
         if self.session.queued is not None:  # a model command asked for while it loaded
             pane, action = self.session.queued
             self.session.queued = None
             if pane.is_mounted:
                 self.call_later(getattr(pane, f"action_{action}"))
-        spec = message.denoiser.spec
-        self.status.model, self.status.model_failed, self.status.device = spec.name or spec.family, False, message.device
+        info = message.backend.describe()
+        self.status.model, self.status.model_failed, self.status.device = info.name, False, message.device
 
     def on_model_failed(self, message: ModelFailed) -> None:
         self.session.model_error = message.error

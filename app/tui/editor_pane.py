@@ -191,7 +191,7 @@ class EditorPane(Container):
         if not self._ready("rewrite"):
             return
         strength = self.session.strength
-        if not self.session.denoiser.spec.chat_template:
+        if not self.session.backend.describe().chat_template:
             self.start([Span(start, end, "rewrite", strength=strength)])
             return
 
@@ -313,7 +313,7 @@ class EditorPane(Container):
     def _ready(self, action: str | None = None) -> bool:
         """Whether a new run may start on this buffer now; otherwise say why not. A command asked
         for while the model still loads is queued and runs once it is loaded (Esc cancels)."""
-        if action is not None and self.session.denoiser is None and self.session.model_error is None:
+        if action is not None and self.session.backend is None and self.session.model_error is None:
             self.session.queued = (self, action)
             self.notify("the model is still loading: this runs as soon as it is ready (Esc cancels)", timeout=4)
             return False
@@ -331,7 +331,7 @@ class EditorPane(Container):
 
     def start(self, spans: list[Span]) -> None:
         """Run `spans` (sorted offsets of the current buffer) on the model in a thread worker."""
-        config, denoiser = self.session.config, self.session.denoiser
+        config, backend = self.session.config, self.session.backend
         self._stop_run()
         self.edit_run = Run(next(_run_ids), self.editor.buffer_text, tuple(spans), threading.Event())
         path = str(self.editor.buffer.path) if self.editor.buffer.path else None
@@ -340,7 +340,7 @@ class EditorPane(Container):
         self._frames_shown = 0
         self._set_phase(RUNNING)
         self._show([[] for _ in spans])
-        self.run_worker(partial(run_job, job, denoiser, self.post_message, self.edit_run.stop.is_set), thread=True, group="edit", exit_on_error=False)
+        self.run_worker(partial(run_job, job, backend, self.post_message, self.edit_run.stop.is_set), thread=True, group="edit", exit_on_error=False)
 
     def cancel(self) -> None:
         """Stop a running edit now; the buffer was never touched."""

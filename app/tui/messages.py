@@ -13,11 +13,11 @@ from .preview import Piece
 
 
 class ModelLoaded(Message):
-    """The model is ready; `denoiser` is a sharpen.core.denoiser.Denoiser."""
+    """The model is ready; `backend` is an app.backend.Backend (a local model or a server)."""
 
-    def __init__(self, denoiser, device: str, seconds: float) -> None:
+    def __init__(self, backend, device: str, seconds: float) -> None:
         super().__init__()
-        self.denoiser = denoiser
+        self.backend = backend
         self.device = device
         self.seconds = seconds
 

@@ -1,36 +1,36 @@
-"""The code that runs in thread workers: load the model, run one edit, post messages.
+"""The code that runs in thread workers: reach the backend, run one edit, post messages.
 
-Nothing here touches a widget; results go out through `post` (the UI's thread-safe
-post_message). torch is imported here, inside the worker, never on the UI's first paint.
+A thin adapter of app/backend.py: the backend (a local model's core.run.Runner, or a server)
+turns the edit into plain-data events, and this module turns those into the UI's messages.
+Nothing here touches a widget nor holds a model lock; results go out through `post` (the UI's
+thread-safe post_message). torch is imported inside the worker, never on the UI's first paint.
 """
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from ...core.errors import SharpenError
+from ...core.request import EditRequest
 from ...core.settings import Editing, ModelRequest, Sampling
 from ...core.spans import Span
 from .messages import EditCancelled, EditFailed, EditFinished, EditProgress, ModelFailed, ModelLoaded, RunStats
-from .preview import Piece, span_pieces
+from .preview import FINAL, MASK_GLYPH, MASKED, NOISE, Piece, confidence_kind, merge, noise_text
 
 log = logging.getLogger(__name__)
 
-# One run on the model at a time: a run started right after a cancel waits here for the
-# cancelled one to finish its current step (it stops at the next should_stop check).
-MODEL_LOCK = threading.Lock()
 
-
-def load_model(request: ModelRequest, post: Callable) -> None:
-    """Load the requested checkpoint (None: the embedded model) and post the outcome."""
+def load_model(request: ModelRequest, post: Callable, backend=None) -> None:
+    """Load the requested checkpoint (None: the embedded model), or reach `backend`, and post the outcome."""
     started = time.perf_counter()
     try:
-        from ..model_choice import load_model as load
+        from ..backend import LocalBackend
 
-        denoiser = load(request, quiet=True, editor=True)  # a device plan printed on stderr would land on top of the screen
+        # A device plan printed on stderr would land on top of the screen: quiet.
+        backend = backend if backend is not None else LocalBackend(request, quiet=True, editor=True)
+        info = backend.load()
     except SharpenError as exc:
         post(ModelFailed(str(exc)))
         return
@@ -38,7 +38,7 @@ def load_model(request: ModelRequest, post: Callable) -> None:
         log.exception("model loading failed")
         post(ModelFailed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
         return
-    post(ModelLoaded(denoiser, str(denoiser.device), time.perf_counter() - started))
+    post(ModelLoaded(backend, info.device, time.perf_counter() - started))
 
 
 @dataclass(frozen=True)
@@ -52,45 +52,54 @@ class EditJob:
     min_step_ms: int = 0  # pace steps so a fast model can still be watched
     path: str | None = None  # the buffer's file: candidate ranking parses by its language
 
-
-def frame_pieces(frame, denoiser) -> list[list[Piece]]:
-    end_ids = set(denoiser.spec.end_ids)
-    return [span_pieces(s.tokens, s.confidence, denoiser.tokenizer.pieces, end_ids, s.noise) for s in frame.spans]
+    def request(self) -> EditRequest:
+        return EditRequest(self.text, self.spans, self.sampling, self.editing, self.path)
 
 
-def run_job(job: EditJob, denoiser, post: Callable, should_stop: Callable[[], bool]) -> None:
+def draft_pieces(progress) -> list[list[Piece]]:
+    """A core.run.Progress as the preview's pieces: masked slots as MASK_GLYPH, noise faint,
+    pad/eos hidden, committed text by confidence."""
+    out = []
+    for span in progress.spans:
+        pieces = []
+        for slot in span.slots:
+            if slot.state == "masked":
+                pieces.append(Piece(MASK_GLYPH, MASKED))
+            elif slot.state == "noise":
+                pieces.append(Piece(noise_text(slot.text), NOISE))
+            elif slot.state == "sharp":
+                pieces.append(Piece(slot.text, confidence_kind(slot.confidence)))
+            elif slot.state == "edited":
+                pieces.append(Piece(slot.text, "edited"))  # drawn as an edit (preview.EDITED)
+        out.append(merge(pieces))
+    return out
+
+
+def text_pieces(progress) -> list[list[Piece]]:
+    """A frame from a server that sends no slot states (a Mercury draft): each span's text, final."""
+    return [[Piece(span.text, FINAL)] if span.text else [] for span in progress.spans]
+
+
+def run_job(job: EditJob, backend, post: Callable, should_stop: Callable[[], bool]) -> None:
     """Run one edit to the end (EditFinished), to a cancel (EditCancelled) or an error (EditFailed)."""
-    with MODEL_LOCK:
-        if should_stop():
-            post(EditCancelled(job.run_id))
-            return
-        _run(job, denoiser, post, should_stop)
-
-
-def _run(job: EditJob, denoiser, post: Callable, should_stop: Callable[[], bool]) -> None:
-    from ...core.engine import edit_options, run_edit
+    from ...core.run import Done
 
     compute = 0.0
-    last_post = float("-inf")
-    interval = 1.0 / job.frame_rate
     try:
-        options = edit_options(job.editing, job.path)
-        frames = run_edit(denoiser, job.text, list(job.spans), job.sampling, should_stop=should_stop, **options)
+        events = backend.run(job.request(), should_stop, every=1.0 / job.frame_rate)
         while True:
             started = time.perf_counter()
-            edit_frame = next(frames, None)
+            event = next(events, None)
             compute += time.perf_counter() - started
-            if edit_frame is None:
+            if event is None:
                 break
-            frame = edit_frame.frame
-            stats = RunStats(frame.step, frame.total_steps, frame.masked, sum(t is not None for s in frame.spans for t in s.tokens), compute)
-            if edit_frame.result is not None:
-                post(EditFinished(job.run_id, edit_frame.result, frame_pieces(frame, denoiser), stats))
+            progress = event.last if isinstance(event, Done) else event
+            pieces = draft_pieces(progress) if any(span.slots for span in progress.spans) else text_pieces(progress)
+            stats = RunStats(progress.step, progress.total_steps, progress.unsharp, progress.sharp, compute)
+            if isinstance(event, Done):
+                post(EditFinished(job.run_id, event.result, pieces, stats))
                 return
-            now = time.perf_counter()
-            if now - last_post >= interval:  # coalesce: frames in between are never drawn
-                post(EditProgress(job.run_id, frame_pieces(frame, denoiser), stats))
-                last_post = now
+            post(EditProgress(job.run_id, pieces, stats))
             _pace(job.min_step_ms / 1000 - (time.perf_counter() - started), should_stop)
     except SharpenError as exc:
         post(EditFailed(job.run_id, str(exc)))

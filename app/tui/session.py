@@ -15,7 +15,7 @@ from .editor_area import EditorArea
 @dataclass
 class Session:
     config: Config
-    denoiser: object | None = None  # a core.denoiser.DenoiserLike once loaded
+    backend: object | None = None  # an app.backend.Backend once loaded (or reached)
     model_error: str | None = None  # why loading failed; the editor works on without a model
     strength: float = 0.5  # share of a selection a rewrite re-noises (Alt+Up / Alt+Down)
     last_search: str = ""  # Find's query, shared by every buffer as in most editors
@@ -23,7 +23,7 @@ class Session:
 
     def unavailable(self) -> str | None:
         """Why no run can start now, or None when the model is ready."""
-        if self.denoiser is not None:
+        if self.backend is not None:
             return None
         return f"the model is unavailable: {self.model_error}" if self.model_error else "the model is still loading…"
 

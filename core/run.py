@@ -1,0 +1,281 @@
+"""One runner per loaded model: it owns the model's lock and turns an EditRequest into events.
+
+    runner = Runner(denoiser)
+    for event in runner.run(request, should_stop, every=1 / 30):
+        if isinstance(event, Progress): draw(event.spans)      # each span's text and slot states
+        else: apply(event.result.changes())                     # Done: the result
+
+Events are plain data (no tensors, no token ids): a Progress per denoising step (or coalesced
+to `every` seconds) with each span's current draft and the state of every slot (masked, noise,
+sharp, end), then one Done with the engine's EditResult. `to_json()` on either is the one
+wire and file form: the headless runner's --json, the server's /v1/edits frames and the remote
+backend all read and write it, so a preview drawn from a server is the local one.
+
+Only the runner takes the model's lock. Runs wait their turn in arrival order; a run whose
+`should_stop` turns true while it waits leaves the line without touching the model, and a
+line longer than `max_waiting` refuses new runs at once (Busy): a server answers 503.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from .changes import ChangeSet
+from .errors import Cancelled, ModelError, UsageError
+from .request import EditRequest
+
+log = logging.getLogger(__name__)
+
+# A slot's state in a frame: the loop's own (core.loops.frame.SLOT_STATES), and "end" for a
+# committed pad/eos, which the result deletes (so a front end draws nothing there).
+MASKED, NOISE, SHARP, EDITED, END = "masked", "noise", "sharp", "edited", "end"
+SLOT_STATES = (MASKED, NOISE, SHARP, EDITED, END)
+
+
+class Busy(ModelError):
+    """Too many runs already wait for this model (a server answers 503 with Retry-After)."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    state: str  # one of SLOT_STATES: masked (blank), noise (a random token), sharp (committed), edited (written over a committed token), end (pad/eos: deleted)
+    text: str  # what the slot shows: the committed text, the noise token's text; "" when masked or end
+    confidence: float  # probability at commit, or of the model's current guess while unsharp
+
+
+@dataclass(frozen=True)
+class SpanDraft:
+    text: str  # the span as it stands: sharp text, and the model's current guess (or noise) elsewhere
+    slots: tuple[Slot, ...]
+
+    @property
+    def unsharp(self) -> int:
+        return sum(s.state in (MASKED, NOISE) for s in self.slots)
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: int  # 0: the starting canvas
+    total_steps: int
+    elapsed: float  # seconds since the loop started
+    spans: tuple[SpanDraft, ...]  # in the request's span order (sorted)
+
+    @property
+    def unsharp(self) -> int:
+        """Slots still masked or noise."""
+        return sum(s.unsharp for s in self.spans)
+
+    @property
+    def sharp(self) -> int:
+        """Slots decided (pad/eos included: they are decisions too)."""
+        return sum(len(s.slots) for s in self.spans) - self.unsharp
+
+    def to_json(self) -> dict:
+        return {
+            "type": "frame",
+            "step": self.step,
+            "total_steps": self.total_steps,
+            "elapsed": self.elapsed,
+            # Confidence unrounded: the preview's shading cuts at 0.5 and 0.9, and a client's
+            # preview must be the local one.
+            "spans": [{"text": s.text, "slots": [[x.state, x.text, x.confidence] for x in s.slots]} for s in self.spans],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Progress":
+        spans = tuple(SpanDraft(s["text"], tuple(Slot(state, text, float(p)) for state, text, p in s["slots"])) for s in data["spans"])
+        return cls(int(data["step"]), int(data["total_steps"]), float(data.get("elapsed", 0.0)), spans)
+
+
+@dataclass(frozen=True)
+class Done:
+    result: object  # core.engine.EditResult
+    last: Progress  # the final frame (what the preview shows when the run ends)
+    model: str  # the model's name
+    noise: str  # "mask" or "random": how the canvas started
+    sharp_per_step: tuple[int, ...] = ()  # slots sharp after each step (0: the start)
+
+    def to_json(self) -> dict:
+        result = self.result
+        return {
+            "type": "result",
+            "model": self.model,
+            "noise": self.noise,
+            "steps": result.steps,
+            "tokens": result.tokens,
+            "denoise_seconds": round(result.seconds, 4),
+            "tokens_per_second": round(result.tokens / max(result.seconds, 1e-9), 2),
+            "sharp_per_step": list(self.sharp_per_step),
+            "changes": [{"start": c.start, "end": c.end, "text": c.text} for c in result.changes().changes],
+            "spans": [
+                {"start": r.span.start, "end": r.span.end, "mode": r.span.mode, "text": r.text, "tokens": r.tokens,
+                 "alternatives": list(r.alternatives[1:])}
+                for r in result.spans
+            ],
+            "last": self.last.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict, request: EditRequest) -> "Done":
+        """The Done a server sent for `request` (the text is the client's own: only changes travel)."""
+        from .engine import EditResult, SpanResult
+
+        if len(data["spans"]) != len(request.spans):
+            raise ModelError("the server answered for a different number of spans")
+        spans = tuple(
+            SpanResult(span, s["text"], int(s["tokens"]), (s["text"], *s.get("alternatives", ())))
+            for span, s in zip(request.spans, data["spans"])
+        )
+        new_text = ChangeSet.of((r.span.start, r.span.end, r.text) for r in spans).apply(request.text)
+        result = EditResult(new_text, spans, int(data["steps"]), float(data.get("denoise_seconds", 0.0)), (new_text,))
+        return cls(result, Progress.from_json(data["last"]), data.get("model", ""), data.get("noise", "mask"),
+                   tuple(data.get("sharp_per_step", ())))
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a front end may know of a model without touching it."""
+
+    name: str
+    family: str
+    device: str
+    noise: str  # "mask" | "random"
+    chat_template: str | None  # None: no chat, no instructions
+    max_len: int  # longest canvas
+    drafts: bool = True  # whether runs stream per-step drafts (a plain completions server does not)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "family": self.family, "device": self.device, "noise": self.noise,
+                "chat": self.chat_template is not None, "max_len": self.max_len, "drafts": self.drafts}
+
+
+Event = Progress | Done
+
+
+class Runner:
+    """The one owner of a loaded model: runs requests on it one at a time, in arrival order."""
+
+    def __init__(self, denoiser, max_waiting: int = 16) -> None:
+        self.denoiser = denoiser
+        self.max_waiting = max_waiting
+        self._line: deque[object] = deque()  # tickets of runs waiting or running, the head runs
+        self._turns = threading.Condition()
+        spec = denoiser.spec
+        # How its canvas starts: random tokens (DiffusionGemma's loop) or masks (every other loop).
+        random = getattr(spec, "loop", None) == "random-token" or getattr(denoiser, "noise", "mask") == "random"
+        self.info = ModelInfo(spec.name or spec.family, spec.family, str(denoiser.device), "random" if random else "mask",
+                              spec.chat_template, denoiser.max_len)
+
+    @property
+    def waiting(self) -> int:
+        """Runs in line, the running one included."""
+        return len(self._line)
+
+    def run(self, request: EditRequest, should_stop: Callable[[], bool] = lambda: False,
+            every: float | None = 0.0) -> Iterator[Event]:
+        """Progress events (every step with every=0, at most one per `every` seconds, none with
+        None), then Done. Ends without Done when `should_stop` turns true; raises SharpenError."""
+        with self._turn(should_stop) as ours:
+            if ours:
+                yield from self._events(request, should_stop, every)
+
+    def result(self, request: EditRequest, should_stop: Callable[[], bool] = lambda: False) -> Done:
+        """Run to the end; Cancelled if stopped."""
+        for event in self.run(request, should_stop, every=None):
+            if isinstance(event, Done):
+                return event
+        raise Cancelled("the edit was cancelled")
+
+    def chat_text(self, messages: list[dict]) -> str:
+        """A chat rendered by the model's own template, ready for the answer's slots."""
+        from .instruct import render_chat
+
+        template = self.info.chat_template
+        if not template:
+            raise UsageError(f"the model {self.info.name} has no chat template; use a completion or infill endpoint")
+        return render_chat(template, messages, add_generation_prompt=True)
+
+    @contextmanager
+    def _turn(self, should_stop: Callable[[], bool]) -> Iterator[bool]:
+        """Wait for this run's turn; yields False when it was stopped while waiting."""
+        ticket = object()
+        with self._turns:
+            if len(self._line) > self.max_waiting:
+                raise Busy(f"the model is busy ({len(self._line) - 1} runs waiting); try again shortly")
+            self._line.append(ticket)
+        try:
+            with self._turns:
+                while self._line[0] is not ticket and not should_stop():
+                    self._turns.wait(0.05)  # short: a stop while waiting is seen within 50 ms
+            yield not should_stop()
+        finally:
+            with self._turns:
+                self._line.remove(ticket)
+                self._turns.notify_all()
+
+    def _events(self, request: EditRequest, should_stop, every: float | None) -> Iterator[Event]:
+        from .engine import edit_options, run_edit
+
+        denoiser = self.denoiser
+        options = edit_options(request.editing, request.path)
+        end_ids, mask_id = set(denoiser.spec.end_ids), denoiser.spec.mask_id
+        tok = denoiser.tokenizer
+        sharp_per_step: list[int] = []
+        last_sent = float("-inf")
+        for update in run_edit(denoiser, request.text, list(request.spans), request.sampling, should_stop=should_stop, **options):
+            frame = update.frame
+            if update.result is not None:
+                last = progress_of(frame, tok, end_ids, mask_id)
+                yield Done(update.result, last, self.info.name, self.info.noise, tuple(sharp_per_step))
+                return
+            sharp_per_step.append(sum(len(s.tokens) for s in frame.spans) - frame.masked)
+            now = time.perf_counter()
+            if every is not None and now - last_sent >= every:
+                last_sent = now
+                yield progress_of(frame, tok, end_ids, mask_id)
+
+
+def progress_of(frame, tokenizer, end_ids: set[int], mask_id: int) -> Progress:
+    """A sampler Frame as plain data, read through its public per-span state only."""
+    return Progress(frame.step, frame.total_steps, frame.elapsed, tuple(draft_of(s, tokenizer, end_ids, mask_id) for s in frame.spans))
+
+
+def draft_of(state, tokenizer, end_ids: set[int], mask_id: int) -> SpanDraft:
+    """One span's state (tokens, confidence, guesses, noise) -> its draft text and slot states.
+
+    Runs of committed tokens are decoded together, so a character split across tokens shows
+    on the token that completes it (the tokenizer's `pieces`)."""
+    noise = state.noise or (None,) * len(state.tokens)
+    # The loop's per-slot states where it gives them (core.loops.frame), else derived from the tokens.
+    states = getattr(state, "states", None) or tuple(SHARP if t is not None else NOISE if d is not None else MASKED
+                                                     for t, d in zip(state.tokens, noise))
+    slots: list[Slot | None] = [None] * len(state.tokens)
+    run: list[int] = []  # slot indexes of the current run of committed content
+
+    def flush() -> None:
+        if run:
+            for i, text in zip(run, tokenizer.pieces([state.tokens[i] for i in run])):
+                slots[i] = Slot(SHARP, text, state.confidence[i])
+            run.clear()
+
+    for i, (token, drawn, kind) in enumerate(zip(state.tokens, noise, states)):
+        if token is None:
+            flush()
+            slots[i] = Slot(NOISE, tokenizer.pieces([drawn])[0], state.confidence[i]) if drawn is not None else Slot(MASKED, "", state.confidence[i])
+        elif token in end_ids:
+            flush()
+            slots[i] = Slot(END, "", state.confidence[i])
+        elif kind == EDITED:
+            flush()
+            slots[i] = Slot(EDITED, tokenizer.pieces([token])[0], state.confidence[i])
+        else:
+            run.append(i)
+    flush()
+    # The draft: what each slot holds now, the model's guess where it is still masked.
+    ids = [t if t is not None else (d if d is not None else g) for t, d, g in zip(state.tokens, noise, state.guesses)]
+    return SpanDraft(tokenizer.decode([t for t in ids if t not in end_ids and t != mask_id]), tuple(slots))
