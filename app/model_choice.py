@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..core.errors import ModelError, UsageError
-from ..core.settings import ModelRequest
+from ..core.settings import ModelRequest, parse_device
 
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -26,6 +26,10 @@ def resolve_device(requested: str | None) -> str:
 
     if requested in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parse_device(requested)  # doctor's --device comes here unchecked: meta cannot run a model
+    except ValueError as exc:
+        raise UsageError(f"--device {exc}") from None
     if requested.startswith("cuda") and not torch.cuda.is_available():
         why = "this torch is a CPU build" if torch.version.cuda is None else "no CUDA GPU is visible"
         raise UsageError(f"--device {requested}: {why}; use --device cpu (or auto)")
@@ -83,9 +87,9 @@ def placement_for(request: ModelRequest, cfg, dtype, device: str):
         if request.device != "auto" or not device.startswith("cuda"):
             return None
         free, _ = torch.cuda.mem_get_info(0)
-        if placement.fits_one_device(cfg, dtype, free):
+        if placement.fits_one_device(cfg, dtype, free, quantize=request.quantize):
             return None
-    return placement.plan(cfg, dtype, max_memory)
+    return placement.plan(cfg, dtype, max_memory, request.quantize)  # sized as loaded: quantized when asked
 
 
 SMALL_MODEL = 50_000_000  # parameters: below this a CPU step is too small for threads to pay (bench/threads.py)
@@ -105,31 +109,34 @@ def load_model(request: ModelRequest = ModelRequest(), quiet: bool = False, edit
     """The denoiser the request asks for (a Denoiser, or a RemoteDenoiser on opt-in).
 
     `quiet`: no device plan on stderr (the editor's screen would be drawn over). `editor`: the
-    run shares the machine with the editor's UI (one core is left to it).
+    run shares the machine with the editor's UI (one core is left to it). A package that does
+    not import (accelerate, torchao, a broken CUDA build) is one ModelError line, exit 4.
     """
+    try:
+        return _load_model(request, quiet, editor)
+    except ImportError as exc:
+        what = exc.name or "a package the model needs"
+        raise ModelError(f"cannot load the model: {what} does not import ({str(exc).splitlines()[0] if str(exc) else 'ImportError'})") from None
+
+
+def _load_model(request: ModelRequest, quiet: bool, editor: bool):
     import torch
 
-    from ..core import families, gemma
+    from ..core import families
     from ..core.loading import embedded_model_path, load_denoiser, model_config, read_config
     from ..core.memory_fit import parameter_split
-    from ..core.quantize import check_quantization
+    from ..core.quantize import check_quantization, int8_needs_compile
 
     device = resolve_device(request.device)
     path, repo_id = resolve_model_path(request.model)
     config = read_config(path or embedded_model_path())
-    if path is not None and gemma.is_diffusion_gemma(config):
+    route = families.route(config, request.trust_remote_code)  # which loader, decided in core from config.json
+    if path is not None and route.loader == "transformers":
         denoiser = _load_gemma(request, path, config, device, quiet, editor, repo_id)
         if repo_id:
             denoiser.spec = replace(denoiser.spec, name=repo_id)
         return denoiser
-    try:
-        families.family_for(config)
-        native = True
-    except ModelError as exc:
-        if not request.trust_remote_code:
-            hint = "; it ships its own modeling code: pass --trust-remote-code if you trust it" if config.get("auto_map") else ""
-            raise ModelError(f"{exc}{hint}") from None
-        native = False
+    native = route.loader == "backbone"
     dtype = resolve_dtype(request.dtype, device)
     try:
         if native:
@@ -155,6 +162,9 @@ def load_model(request: ModelRequest = ModelRequest(), quiet: bool = False, edit
         if not hasattr(denoiser, "compile"):
             raise UsageError("--compile needs a natively supported model (not --trust-remote-code)")
         denoiser.compile(request.compile)
+    eager_int8 = int8_needs_compile(request.quantize, getattr(denoiser, "device", torch.device(device)), request.compile)
+    if eager_int8 and not quiet:
+        sys.stderr.write(f"sharpen: {eager_int8}\n")
     return denoiser
 
 
@@ -210,6 +220,7 @@ def _load_gemma(request: ModelRequest, path: Path, config: dict, device: str, qu
     if request.compile != "off":
         raise UsageError("--compile does not reach DiffusionGemma yet; leave it off")
     dtype = resolve_dtype(request.dtype, device)
+    gemma.check_config(path, config)  # against the weights' headers, before transformers builds anything (even on meta)
     try:
         parameters = gemma.parameter_count(config)
     except (TypeError, ValueError, KeyError) as exc:

@@ -50,7 +50,7 @@ def rows_for_shape(shape: str, args) -> list[dict]:
     from sharpen.core.denoiser import Denoiser, ModelSpec
     from sharpen.core.model import ModelConfig, Transformer
     from sharpen.core.quantize import weight_bytes
-    from sharpen.core.sampler import denoise
+    from sharpen.core.loops.masked import denoise
     from sharpen.core.settings import Sampling
     from sharpen.core.tokenizer import train_byte_bpe
 

@@ -102,7 +102,7 @@ def run_item(method: str, denoiser, item: Item, context: int, settings_cls, engi
             settings = dataclasses.replace(settings, steps=math.ceil(len(target) / per_step))
         # The span's length is given (the oracle's), so every method decodes all of its slots: the
         # expected-length cut would pad some of them and make the same span less work.
-        from sharpen.core.sampler import LoopRules
+        from sharpen.core.loops.masked import LoopRules
 
         same_length = LoopRules(expected_length=False)
         frames = list(engine.run_edit(denoiser, text, [span], settings, context_tokens=context, rules=same_length))

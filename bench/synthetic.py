@@ -33,7 +33,7 @@ SHAPES = {
 }
 
 
-# DiffusionGemma (core/gemma.py, core/renoise.py): an encoder-decoder from random tokens, through
+# DiffusionGemma (core/gemma.py, core/loops/random_token.py): an encoder-decoder from random tokens, through
 # transformers' own class. The release's text dimensions (Gemma 4 26B-A4B: 25.2B parameters,
 # 128 experts of which 8 run per token) need a GPU with about 52 GB free in bfloat16; "small"
 # keeps the layer pattern at a size any CPU runs. No vision tower: text edits never use it.
@@ -73,7 +73,7 @@ def gemma_rows(shape: str, args, dtype) -> list[dict]:
     one canvas after --context prompt tokens, the release's schedule (48 steps at most). Random
     weights never stop early, so both run every step: the rows compare cost per step, and the
     decoder passes per token are the reference's own count (`tokens_per_forward`)."""
-    from sharpen.core.renoise import renoise
+    from sharpen.core.loops.random_token import renoise
 
     denoiser = build_gemma(shape, args.device, dtype)
     device = denoiser.device
@@ -108,7 +108,7 @@ def gemma_rows(shape: str, args, dtype) -> list[dict]:
 
 def _gemma_layout(denoiser, prompt: list[int], length: int):
     from sharpen.core.canvas import Canvas
-    from sharpen.core.renoise import NoiseCanvas
+    from sharpen.core.loops.random_token import NoiseCanvas
     from sharpen.core.spans import Span
 
     source = Canvas((), (range(0, length),), (Span(0, 0, max_tokens=length),), (0, 0), denoiser.spec.mask_id)
@@ -158,7 +158,7 @@ def timed(fn, device: torch.device, repeats: int) -> tuple[float, int]:
 
 
 def run_sampler(denoiser, canvas, settings) -> int:
-    from sharpen.core.sampler import denoise
+    from sharpen.core.loops.masked import denoise
 
     frame = None
     for frame in denoise(denoiser, canvas, settings):

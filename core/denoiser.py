@@ -13,8 +13,16 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from .errors import ModelError
-from .model import KVCache, Transformer
+from .model import FULL, Attend, KVCache, Transformer
 from .tokenizer import Tokenizer
+
+# The kinds of denoising loop (core/loops/), one per way a model turns noise into text; a
+# model declares its kind in ModelSpec.loop and the engine picks the loop from it:
+# "masked": slots start as the mask token, attention sees the whole canvas (LLaDA, Dream, ...);
+# "random-token": slots start as random tokens refined by an encoder-decoder (DiffusionGemma);
+# "block-causal": masks denoised block after block, each block sees only the blocks before it
+# through a read-only KV cache (SDAR, Fast-dLLM v2, LLaDA2).
+LOOPS = ("masked", "random-token", "block-causal")
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,11 @@ class ModelSpec:
     # The cache refresh a run uses unless the user sets one (Sampling.refresh): Fast-dLLM's published
     # whole-canvas refresh for released checkpoints; block refresh was measured only on the embedded model.
     default_refresh: str = "canvas"
+    loop: str = "masked"  # which denoising loop runs this model (LOOPS)
+
+    def __post_init__(self) -> None:
+        if self.loop not in LOOPS:
+            raise ValueError(f"unknown loop kind {self.loop!r}; known: {', '.join(LOOPS)}")
 
     def check(self, vocab_size: int) -> None:
         """Refuse specs that would silently corrupt a run (collisions, ids out of range)."""
@@ -54,7 +67,7 @@ class ModelSpec:
 
 @runtime_checkable
 class DenoiserLike(Protocol):
-    """What the denoising loop (core/sampler.py) and the engine read from a model."""
+    """What the denoising loop (core/loops/) and the engine read from a model."""
 
     spec: ModelSpec  # mask/pad/eos ids, logit shift, chat template
     tokenizer: Tokenizer
@@ -111,6 +124,7 @@ class Denoiser:
         want: torch.Tensor | None = None,
         run: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        attend: Attend = FULL,
     ) -> torch.Tensor:
         """Logits for canvas positions `want` (default all): x [B, T] -> [B, W, V] float32.
 
@@ -120,17 +134,18 @@ class Denoiser:
         where the backbone's row p-1 predicts position p, the positions before it). Without
         `run` the whole canvas is computed, and written into `cache` when one is given. Only
         the wanted rows are projected to the vocabulary, which is most of the cost for large
-        vocabularies.
+        vocabularies. `attend` is the backbone's attention policy (core/model.py Attend): the
+        block-causal loop passes its masks and read-only cache through it.
         """
         T = x.shape[1]
         want = torch.arange(T, device=x.device) if want is None else want
         source = (want - 1).clamp_min(0) if self.spec.shift_logits else want  # [W] rows that predict `want`
         if run is None:
-            return self._scores(x, None, cache, source)  # [B, W, V]
+            return self._scores(x, None, cache, source, attend)  # [B, W, V]
         if cache is None:
             raise ValueError("a partial run needs a cache holding the rest of the canvas")
         rows = torch.searchsorted(run, source)  # no host read: the caller sized `run`
-        return self._scores(x[:, run], run, cache, rows)  # [B, W, V]
+        return self._scores(x[:, run], run, cache, rows, attend)  # [B, W, V]
 
     def source_positions(self, want: list[int]) -> list[int]:
         """The canvas rows whose hidden states score positions `want` (see `logits`)."""
@@ -172,7 +187,8 @@ class Denoiser:
         # One compiled function per step, the pass and its projection together: one CUDA graph
         # per step, and no graph output is read after the next step's call, which is what
         # CUDA graph trees assume of inference (each call starts a new iteration).
-        self.model.rope(self.device, self.max_len)  # built now, eagerly: a table made inside a graph would be graph memory
+        # Built now, eagerly, in the activations' dtype: a table made inside a graph would be graph memory.
+        self.model.rope(self.device, self.max_len, self.model.embed.weight.dtype)
         self._scores = torch.compile(self.model.scores, backend=backend, **options)
         self._static_caches = True
 

@@ -21,8 +21,7 @@ from .errors import Cancelled, UsageError
 from .instruct import build_instruct_canvas, uses_chat
 from .length import AdaptiveLength, filled_up, next_budgets, start_budget
 from .newlines import match_newlines, newline_style
-from .renoise import renoise, split_canvas
-from .sampler import Frame, LoopRules, denoise
+from .loops import Frame, LoopRules, run_loop, slot_room
 from .settings import LENGTHS, Editing, Sampling
 from .spans import Span, validate_spans
 
@@ -71,17 +70,6 @@ class EditFrame:
         return self.frame.done
 
 
-def random_noise(denoiser) -> bool:
-    """Whether the model refines random tokens (DiffusionGemma: core/renoise.py) instead of masks."""
-    return getattr(denoiser, "noise", "mask") == "random"
-
-
-def slot_room(denoiser) -> int:
-    """The most slots one span may grow to: half the canvas, so slots never crowd out all context
-    (an encoder-decoder's canvas is its decoder's block; the context lives in the encoder)."""
-    return (denoiser.canvas_length if random_noise(denoiser) else denoiser.max_len) // 2
-
-
 def check_instructions(denoiser: DenoiserLike, spans: list[Span]) -> None:
     if any(s.instruction for s in spans) and not denoiser.spec.chat_template:
         raise UsageError("an instruction needs an instruct checkpoint with a chat template; this model has none")
@@ -111,7 +99,7 @@ def run_edit(
     `candidates` (core/candidates.py): several lengths per infill span as rows of the same
     batch, ranked by parse validity, then confidence. `length="adaptive"` (core/length.py)
     re-runs with a longer canvas while a span fills up (the policy is core/length.py); its
-    frames restart at step 0 per round. `rules` are the loop's own (core/sampler.py), for
+    frames restart at step 0 per round. `rules` are the loop's own (core/loops/masked.py), for
     the benchmarks and tests that measure them; no setting reaches them.
     """
     if length not in LENGTHS:
@@ -167,7 +155,7 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
     tok, spec = denoiser.tokenizer, denoiser.spec
     pad = spec.pad_id if spec.pad_id is not None else spec.eos_id
     row_lengths = None
-    if random_noise(denoiser) and candidates is not None:
+    if spec.loop == "random-token" and candidates is not None:
         raise UsageError("--candidates needs a masked-diffusion model; this one starts from random tokens (use --samples for alternatives)")
     if uses_chat(ordered):  # an instruction: the canvas is a chat turn (instruct.py)
         canvas = build_instruct_canvas(text, ordered, tok, spec, context_tokens, denoiser.max_len)
@@ -179,11 +167,7 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
             denoiser = ExactRows(denoiser, canvas, settings.samples)
     else:
         canvas = build_canvas(text, ordered, tok, spec.mask_id, context_tokens, denoiser.max_len)
-    if random_noise(denoiser):  # an encoder-decoder from noise (core/renoise.py): context to the encoder
-        layout = split_canvas(canvas, denoiser.bos_id, denoiser.canvas_length)
-        frames = renoise(denoiser, layout, settings, should_stop, spec.end_ids)
-    else:
-        frames = denoise(denoiser, canvas, settings, should_stop, rules)
+    frames = run_loop(denoiser, canvas, settings, should_stop, rules)  # the loop of the model's kind (core/loops/)
     started = time.perf_counter()
     for frame in frames:
         if not frame.done:

@@ -5,7 +5,7 @@ keeps its keys and values; a bidirectional decoder refines a canvas (256 tokens 
 release) against that cache, fed its own previous logits (self-conditioning). Its canvas
 starts from random tokens, not masks. transformers implements the model natively
 (`model_type: diffusion_gemma`), so it loads without remote code; sharpen drives it step by
-step (core/renoise.py) instead of calling the opaque `generate`, so every step is a frame.
+step (core/loops/random_token.py) instead of calling the opaque `generate`, so every step is a frame.
 
 `GemmaDenoiser` holds the model and answers the two calls the loop makes: `encode` (the
 context, once) and `canvas_logits` (one decoder pass). Its `schedule` comes from the
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,14 +25,13 @@ import torch
 from .denoiser import ModelSpec
 from .errors import ModelError
 from .families.hf import read_generation_config, read_tokenizer_config
-from .jsonfile import read_json_object
 from .tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
 FAMILY = "diffusion_gemma"
 MODEL_TYPES = ("diffusion_gemma",)
-NEEDS_TRANSFORMERS = "5.24"  # the release whose loop core/renoise.py follows step for step (5.24 renamed past_key_values to cache)
+NEEDS_TRANSFORMERS = "5.24"  # the release whose loop core/loops/random_token.py follows step for step (5.24 renamed past_key_values to cache)
 END_NAMES = ("<turn|>", "<end_of_turn>", "<eos>")  # tokens that end the model's answer (Gemma 4, Gemma 3, both)
 PLACEHOLDER_NAMES = ("<mask>",)  # a layout placeholder for the slots; the model never sees it
 
@@ -72,8 +73,17 @@ class Schedule:
         return self.t_min + (self.t_max - self.t_min) * (steps_left / max_steps)
 
 
+# A step bound far above the release's 48: a stop rule that never fires must still end in minutes, not days.
+MAX_DENOISING_STEPS = 4096
+
+
+def _number(value, whole: bool = False) -> bool:
+    kinds = (int,) if whole else (int, float)
+    return isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def read_schedule(generation_config: dict) -> Schedule:
-    """generation_config.json's diffusion keys over transformers' defaults."""
+    """generation_config.json's diffusion keys over transformers' defaults; each checked for type and range."""
     default = Schedule()
     sampler = generation_config.get("sampler_config") or {}
     values = {
@@ -85,10 +95,14 @@ def read_schedule(generation_config: dict) -> Schedule:
         "confidence": generation_config.get("confidence_threshold"),
     }
     chosen = {k: (v if v is not None else getattr(default, k)) for k, v in values.items()}
+    for key, value in chosen.items():
+        if not _number(value, whole=key in ("max_steps", "stability")):
+            raise ModelError(f"generation_config.json: {key} is {value!r}, not a {'whole ' if key in ('max_steps', 'stability') else ''}number")
     schedule = Schedule(**chosen)
-    if not (isinstance(schedule.max_steps, int) and schedule.max_steps > 0 and schedule.entropy_bound > 0
+    if not (0 < schedule.max_steps <= MAX_DENOISING_STEPS and schedule.entropy_bound > 0
             and 0 <= schedule.t_min < schedule.t_max and schedule.stability >= 0 and schedule.confidence > 0):
-        raise ModelError(f"generation_config.json has diffusion settings sharpen cannot use: {schedule}")
+        raise ModelError(f"generation_config.json has diffusion settings sharpen cannot use: {schedule} "
+                         f"(steps 1..{MAX_DENOISING_STEPS}, 0 <= t_min < t_max, the rest positive)")
     return schedule
 
 
@@ -102,10 +116,9 @@ class Context:
 
 
 class GemmaDenoiser:
-    """A DiffusionGemmaForBlockDiffusion seen through what core/renoise.py needs."""
+    """A DiffusionGemmaForBlockDiffusion seen through what core/loops/random_token.py needs (NoiseDenoiserLike)."""
 
     supports_cache = False  # the masked loop's partial-canvas cache does not apply
-    noise = "random"  # the canvas starts from random tokens (core/renoise.py), not masks
 
     def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, spec: ModelSpec, schedule: Schedule) -> None:
         self.model = model.eval()
@@ -187,9 +200,11 @@ def _token(tokenizer: Tokenizer, names: tuple[str, ...]) -> int | None:
 
 
 def _ids(value) -> list[int]:
-    if value is None:
-        return []
-    return [int(v) for v in (value if isinstance(value, list) else [value])]
+    """An id or a list of ids from a config; anything else (a string, a float, a bool) is one line."""
+    values = [] if value is None else value if isinstance(value, list) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise ModelError(f"a token id in the checkpoint's config is {value!r}, not a whole number or a list of them")
+    return list(values)
 
 
 def gemma_spec(path: Path, config: dict, tokenizer: Tokenizer, generation: dict) -> ModelSpec:
@@ -200,6 +215,7 @@ def gemma_spec(path: Path, config: dict, tokenizer: Tokenizer, generation: dict)
     ends = _ids(generation.get("eos_token_id")) or _ids(text.get("eos_token_id"))
     turn_end = _token(tokenizer, END_NAMES)
     pad = generation.get("pad_token_id", text.get("pad_token_id"))
+    pad = _ids(pad)[0] if _ids(pad) else None
     placeholder = _token(tokenizer, PLACEHOLDER_NAMES)
     if placeholder is None or placeholder in (pad, *ends):
         placeholder = vocab - 1
@@ -213,7 +229,49 @@ def gemma_spec(path: Path, config: dict, tokenizer: Tokenizer, generation: dict)
         chat_template=template if isinstance(template, str) else None,
         name=config.get("name", path.name),
         other_end_ids=others,
+        loop="random-token",  # the canvas starts from random tokens (core/loops/random_token.py), not masks
     )
+
+
+# text_config sizes far beyond the release (26B-A4B: 30 layers, hidden 2816, vocab 262144), far below
+# what would exhaust a machine before a weight is read; the canvas at most the positions the model has.
+LIMITS = {"num_hidden_layers": 1024, "hidden_size": 65536, "intermediate_size": 1 << 20, "num_attention_heads": 1024,
+          "vocab_size": 1 << 22, "max_position_embeddings": 1 << 24}
+LAYER_KEY = re.compile(r"model\.decoder\.layers\.(\d+)\.")
+EMBEDDING_KEY = "model.decoder.embed_tokens.weight"
+
+
+def check_config(path: Path, config: dict) -> None:
+    """config.json against what a DiffusionGemma can be and against its weights' headers, before
+    transformers builds anything: a layer count or hidden size the weights do not have, a canvas
+    of 0 tokens, sizes no machine could build. As the native families are checked (core/loading.py)."""
+    from . import untrusted
+    from .catalog import read_header
+    from .loading import weight_files
+
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        raise ModelError(f"{path}/config.json has no text_config; it is not a DiffusionGemma release")
+    untrusted.check_numbers(config, f"{path}/config.json")
+    for key, limit in LIMITS.items():
+        value = text.get(key)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= limit):
+            raise ModelError(f"{path}/config.json: text_config.{key}={value!r} must be a whole number from 1 to {limit}")
+    canvas = config.get("canvas_length")
+    if canvas is not None and not (isinstance(canvas, int) and not isinstance(canvas, bool) and 1 <= canvas <= LIMITS["max_position_embeddings"]):
+        raise ModelError(f"{path}/config.json: canvas_length={canvas!r} must be a whole number of at least 1")
+    layers, types = text.get("num_hidden_layers"), text.get("layer_types")
+    if isinstance(types, list) and layers is not None and len(types) != layers:
+        raise ModelError(f"{path}/config.json: num_hidden_layers is {layers} but layer_types names {len(types)} layers")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in weight_files(path):
+        shapes.update((name, tuple(entry["shape"])) for name, entry in read_header(file).items() if name != "__metadata__")
+    found = {int(m.group(1)) for key in shapes if (m := LAYER_KEY.match(key))}
+    if layers is not None and found and max(found) + 1 != layers:
+        raise ModelError(f"{path}/config.json says {layers} layers, but the weights hold {max(found) + 1}")
+    vocab, hidden = text.get("vocab_size"), text.get("hidden_size")
+    if EMBEDDING_KEY in shapes and vocab is not None and hidden is not None and shapes[EMBEDDING_KEY] != (vocab, hidden):
+        raise ModelError(f"{path}/config.json says a {vocab} x {hidden} embedding, but the weights hold {shapes[EMBEDDING_KEY]}")
 
 
 def load_gemma(path: Path, device: str = "cpu", dtype: torch.dtype | None = None, device_map=None, max_memory=None,
@@ -223,10 +281,16 @@ def load_gemma(path: Path, device: str = "cpu", dtype: torch.dtype | None = None
     `quantize` ("int8" | "int4"): torchao weight-only, the experts' 3-D weights included
     (core/quantize.py); the experts then run one by one, as torchao's tensors need."""
     DiffusionGemmaForBlockDiffusion = _transformers_class("DiffusionGemmaForBlockDiffusion")
-    config = read_json_object(path / "config.json")
-    if not isinstance(config.get("text_config"), dict):
-        raise ModelError(f"{path}/config.json has no text_config; it is not a DiffusionGemma release")
+    from .loading import read_config
+    from .untrusted import check_directory
+
+    config = read_config(path)  # regular, bounded, finite (core/untrusted.py)
+    check_config(path, config)
+    check_directory(path)  # transformers opens the files itself: no FIFO or device among them
     tokenizer = Tokenizer.from_directory(path)  # a ModelError naming what is missing
+    vocab = config["text_config"].get("vocab_size")
+    if isinstance(vocab, int) and tokenizer.vocab_size > vocab:
+        raise ModelError(f"the tokenizer of {path} has {tokenizer.vocab_size} tokens, more than the model's {vocab}-row embedding")
     generation = read_generation_config(path)
     spec = gemma_spec(path, config, tokenizer, generation)
     schedule = read_schedule(generation)

@@ -2,7 +2,9 @@
 
 A checkpoint is a directory with config.json, model weights as safetensors (one file, or
 shards listed in model.safetensors.index.json) and tokenizer.json. The backbone is built
-on the meta device and the tensors are assigned in, after checking every key and shape.
+on the meta device; every key and shape is checked against the shards' headers, and then
+each weight is read a chunk at a time straight into its final place (core/assemble.py):
+the load peaks at the loaded model's size, not at the checkpoint's plus the model's.
 """
 from __future__ import annotations
 
@@ -13,15 +15,17 @@ from importlib import resources
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from . import families
+from . import families, untrusted
+from .assemble import assemble
+from .derived import DerivedShards
 from .denoiser import Denoiser, ModelSpec
 from .errors import ModelError
 from .families.hf import GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY, read_generation_config, read_tokenizer_config
 from .model import ModelConfig, Transformer, on_meta_device
-from .quantize import check_quantization, quantize_backbone
+from .quantize import check_quantization
+from .shards import Shards
 from .tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -38,14 +42,12 @@ def read_config(path: Path) -> dict:
     config_file = path / "config.json"
     if not path.is_dir():
         raise ModelError(f"model directory not found: {path}")
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelError(f"no config.json in model directory {path}") from None
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read {config_file}: {exc}") from None
+    if not config_file.exists():
+        raise ModelError(f"no config.json in model directory {path}")
+    config = untrusted.read_json(config_file)  # regular, bounded, finite numbers (core/untrusted.py)
     if not isinstance(config, dict):
         raise ModelError(f"{config_file} is not a JSON object")
+    untrusted.check_numbers(config, str(config_file))
     return config
 
 
@@ -53,60 +55,38 @@ def weight_files(path: Path) -> list[Path]:
     """The safetensors files of a checkpoint, from the shard index when there is one."""
     index = path / INDEX_FILE
     if index.exists():
-        try:
-            shard_names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (OSError, ValueError, KeyError, AttributeError) as exc:
-            raise ModelError(f"cannot read shard index {index}: {exc}") from None
-        files = [path / name for name in shard_names]
+        weight_map = untrusted.read_json(index)
+        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(name, str) for name in weight_map.values()):
+            raise ModelError(f"shard index {index} has no weight_map of tensor names to file names")
+        # Names come from the file: each must stay inside the checkpoint (no "../x", no "/dev/zero").
+        files = [untrusted.inside_name(path, name) for name in sorted(set(weight_map.values()))]
         missing = [f.name for f in files if not f.exists()]
         if missing:
             raise ModelError(f"shard index {index.name} lists missing files: {', '.join(missing)}")
-        return files
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise ModelError(f"no *.safetensors weights in {path}")
-    return files
+    else:
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            raise ModelError(f"no *.safetensors weights in {path}")
+    return [untrusted.checked_path(file) for file in files]  # regular files only: a FIFO shard would block the read
 
 
-def read_tensors(files: list[Path], device: torch.device | None = None, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-    """Every tensor of the checkpoint; with `device`/`dtype`, each is moved as soon as it is read,
-    so host memory holds one tensor at a time instead of the whole model (16 GB for an 8B in bf16)."""
-    tensors: dict[str, torch.Tensor] = {}
-    for file in files:
-        try:
-            opened = safe_open(str(file), framework="pt")
-        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-            raise ModelError(f"corrupt or truncated weights file {file.name}: {str(exc).splitlines()[0]}") from None
-        with opened as handle:
-            for key in handle.keys():
-                # No name holds the raw tensor, so it is freed as soon as it is converted.
-                tensors[key] = _read_one(handle, key, file) if device is None else _read_one(handle, key, file).to(device=device, dtype=dtype)
-    return tensors
-
-
-def _read_one(handle, key: str, file: Path) -> torch.Tensor:
-    # Only the read is a file error: running out of device memory in .to() is not a corrupt file.
-    try:
-        return handle.get_tensor(key)
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise ModelError(f"corrupt or truncated weights file {file.name}: {str(exc).splitlines()[0]}") from None
-
-
-def map_state_dict(family: families.Family, cfg: ModelConfig, tensors: dict[str, torch.Tensor], model: Transformer) -> dict[str, torch.Tensor]:
-    """Rename checkpoint tensors to backbone names; every key and shape must match exactly."""
+def source_names(family: families.Family, cfg: ModelConfig, shapes: dict[str, tuple[int, ...]], model: Transformer) -> dict[str, str]:
+    """Backbone name -> checkpoint name, from the weights' headers alone: every key and shape
+    must match exactly before a single tensor is read."""
     name_map = families.expand_weight_map(family, cfg.n_layers)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if cfg.tie_embeddings:
         expected.pop("output.weight", None)
         name_map = {src: dst for src, dst in name_map.items() if dst != "output.weight"}
-    state: dict[str, torch.Tensor] = {}
+    source: dict[str, str] = {}
     unexpected = []
-    for key, tensor in tensors.items():
+    for key in shapes:
         if key in name_map and name_map[key] in expected:
-            state[name_map[key]] = tensor
+            source[name_map[key]] = key
         elif not any(key.endswith(skip) for skip in family.skip_keys):
             unexpected.append(key)
-    missing = sorted(set(expected) - set(state))
+    missing = sorted(set(expected) - set(source))
     if missing or unexpected:
         parts = []
         if missing:
@@ -115,9 +95,9 @@ def map_state_dict(family: families.Family, cfg: ModelConfig, tensors: dict[str,
             parts.append(f"{len(unexpected)} unexpected tensors (first: {sorted(unexpected)[0]})")
         raise ModelError(f"weights do not match the {family.name} layout: " + "; ".join(parts))
     for key, shape in expected.items():
-        if tuple(state[key].shape) != shape:
-            raise ModelError(f"tensor {key} has shape {tuple(state[key].shape)}, expected {shape}")
-    return state
+        if tuple(shapes[source[key]]) != shape:
+            raise ModelError(f"tensor {key} has shape {tuple(shapes[source[key]])}, expected {shape}")
+    return source
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
@@ -142,25 +122,9 @@ def model_config(path: Path, config: dict) -> tuple[families.Family, ModelConfig
 SANE_LIMITS = {"n_layers": 1024, "dim": 65536, "n_heads": 1024, "ffn_hidden": 1 << 20, "vocab_size": 1 << 22, "max_seq_len": 1 << 24}
 
 
-def header_shapes(file: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape from a safetensors file's JSON header (8-byte length, then JSON); no tensor is read."""
-    try:
-        with open(file, "rb") as handle:
-            length = int.from_bytes(handle.read(8), "little")
-            if not 2 <= length <= 100 * 2**20:
-                raise ValueError(f"header length {length}")
-            header = json.loads(handle.read(length))
-        return {key: tuple(value["shape"]) for key, value in header.items() if key != "__metadata__"}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ModelError(f"corrupt or truncated weights file {file.name}: {exc}") from None
-
-
-def check_against_weights(family: families.Family, cfg: ModelConfig, files: list[Path], path: Path) -> None:
+def check_against_weights(family: families.Family, cfg: ModelConfig, shapes: dict[str, tuple[int, ...]], path: Path) -> None:
     """The config's layer count and embedding size against the weights' headers, before anything
     is built: a config that announces a million layers stops here, not after minutes of building."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for file in files:
-        shapes.update(header_shapes(file))
     layers = set()
     for template in family.weight_map:
         if "{i}" in template:
@@ -184,7 +148,8 @@ def load_denoiser(
 
     With a `device_map` (module name -> GPU index, "cpu" or "disk"; see placement.py) the
     model is spread over those devices by accelerate instead, run from the embedding's device.
-    `quantize` ("int8" | "int4"): torchao weight-only quantization of every linear layer.
+    `quantize` ("int8" | "int4"): weight-only quantization of every linear layer (core/quantize.py),
+    done as the weights are read: the full-precision model never exists in memory.
     """
     path = Path(path) if path is not None else embedded_model_path()
     config = read_config(path)
@@ -206,31 +171,41 @@ def load_denoiser(
         other_end_ids=tuple(ids.get("end_ids", ())),
         tempered_scores=family.tempered_scores,
         default_refresh=family.default_refresh,
+        loop=family.loop,
     )
 
     torch_device = torch.device(device)
     dtype = dtype or default_dtype(torch_device)
-    if quantize is not None:
-        check_quantization(quantize, torch_device)  # before any weight is read
-    files = weight_files(path)
-    check_against_weights(family, cfg, files, path)
-    with on_meta_device():
-        model = Transformer(cfg)
+    plan = None
     if device_map is not None:
+        from .placement import DevicePlan, normalise
+
+        plan = DevicePlan(normalise(device_map, cfg), {})
+    if quantize is not None:
+        check_quantization(quantize, plan.main_device if plan else torch_device)  # before any weight is read
+    with Shards(weight_files(path)) as shards:
+        if family.derived is not None:  # fused or per-expert tensors, seen under the backbone's layout
+            shards = DerivedShards(shards, family.derived(cfg))
+        shapes = shards.shapes()
+        check_against_weights(family, cfg, shapes, path)
+        with on_meta_device():
+            model = Transformer(cfg)
+        source = source_names(family, cfg, shapes, model)  # every name and shape checked before a byte is read
+        try:
+            if plan is not None:
+                assemble(model, shards, source, dtype, where=plan.storage_device, runs_on=plan.execution_device, packed=False, quantize=quantize)
+            else:
+                # One device: the fused inference layout is built in place (quantized linears run unpacked).
+                assemble(model, shards, source, dtype, where=lambda module: torch_device, runs_on=lambda module: torch_device,
+                         packed=quantize is None, quantize=quantize)
+        except torch.OutOfMemoryError:
+            raise ModelError(f"out of memory loading {path} on {plan.main_device if plan else torch_device} as {quantize or dtype}; "
+                             "try --quantize int8, or --device-map auto to spread it") from None
+    if plan is not None:
         from .placement import dispatch
 
-        state = map_state_dict(family, cfg, read_tensors(files), model)
-        model = dispatch(model, state, device_map, dtype)
-    else:
-        state = map_state_dict(family, cfg, read_tensors(files, torch_device, dtype), model)
-        model.load_state_dict(state, strict=not cfg.tie_embeddings, assign=True)
-        if cfg.tie_embeddings:
-            model.output.weight = model.embed.weight
-        if quantize is not None:
-            quantize_backbone(model, quantize)  # quantized linears run unpacked: packing is a float layout
-        else:
-            model.pack()  # fused inference layout (accelerate's hooks above own their parameters: left unpacked)
-    log.info("loaded %s model from %s (%s, %s)", family.name, path, device_map or torch_device, dtype)
+        model = dispatch(model, plan.device_map)  # accelerate's hooks own the parameters from here: left unpacked
+    log.info("loaded %s model from %s (%s, %s%s)", family.name, path, device_map or torch_device, dtype, f", {quantize}" if quantize else "")
     return Denoiser(model, tokenizer, spec)
 
 

@@ -1,10 +1,11 @@
-"""The one compact bidirectional transformer behind every native family.
+"""The one compact transformer behind every native family.
 
 RMSNorm, rotary position embeddings (rotate-half convention, as transformers' Llama and
 Qwen2), SwiGLU feed-forward and grouped-query attention through torch's
-scaled_dot_product_attention with no causal mask: every position sees every other,
-which is what a masked-diffusion denoiser needs. Families (our own, LLaDA, Dream, ...)
-differ only in config names and weight names; see families.py.
+scaled_dot_product_attention. Who attends to whom is the caller's `Attend` policy: by
+default every position sees every other (masked diffusion); a block-causal family passes a
+block-causal mask for its prefill and a read-only cache for its open block. Families (our
+own, LLaDA, Dream, SDAR, ...) differ only in config names and weight names; see families/.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from dataclasses import asdict, dataclass, fields
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .moe import MoEFeedForward, MoESpec
 
 
 @dataclass
@@ -29,6 +32,10 @@ class ModelConfig:
     max_seq_len: int = 2048  # longest canvas the rotary table is built for
     qkv_bias: bool = False  # Qwen2-style biases on q, k, v projections
     tie_embeddings: bool = False  # output head shares the input embedding matrix
+    head_dim: int | None = None  # per-head width; None means dim // n_heads (LLaDA2 and Qwen3 state it in config.json)
+    qk_norm: bool = False  # RMSNorm over each head's queries and keys before rotary (Qwen3, LLaDA2's query/key_layernorm)
+    rotary_dim: int | None = None  # leading dims of each head that rotate; None: all (LLaDA2 rotates half: partial_rotary_factor 0.5)
+    moe: MoESpec | None = None  # mixture-of-experts feed-forward (core/moe.py); None: dense in every layer
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "n_layers", "n_heads", "max_seq_len"):
@@ -39,17 +46,22 @@ class ModelConfig:
             self.n_kv_heads = self.n_heads
         if self.ffn_hidden is None:
             self.ffn_hidden = 64 * ((8 * self.dim // 3 + 63) // 64)
-        if self.dim % self.n_heads:
-            raise ValueError(f"dim {self.dim} is not divisible by n_heads {self.n_heads}")
+        if self.head_dim is None:
+            if self.dim % self.n_heads:
+                raise ValueError(f"dim {self.dim} is not divisible by n_heads {self.n_heads}")
+            self.head_dim = self.dim // self.n_heads
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_heads
+        if self.rotary_dim is not None and not (0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0):
+            raise ValueError(f"rotary_dim {self.rotary_dim} must be even and within head_dim {self.head_dim}")
+        if isinstance(self.moe, dict):  # from_dict / a saved config.json
+            self.moe = MoESpec(**self.moe)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if self.dim % self.n_heads == 0 and self.head_dim == self.dim // self.n_heads:
+            del out["head_dim"]  # derived: a preset resized through from_dict derives it again
+        return out
 
     @classmethod
     def from_dict(cls, values: dict) -> "ModelConfig":
@@ -102,29 +114,45 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:  # no upcast needed: torch's own rms_norm (one kernel on CUDA)
-            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-        # Normalise in float32 for bf16 stability, as the reference implementations do.
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        # One op in every dtype: torch's rms_norm normalises in float32 inside, as the reference
+        # implementations do. On CUDA it is one fused kernel (the product x * rstd * weight in
+        # float32, rounded once); on a CPU it is composed exactly as Llama's and LLaDA's
+        # RMSNorm (normalise in float32, round to x's dtype, scale). The two differ by at most
+        # one rounding of the result (tests/test_step_cost.py). The eager bfloat16 norm was
+        # eight launches (upcast, square, mean, add, rsqrt, multiply, round, scale).
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
-def rotary_table(head_dim: int, max_len: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and *signed* sin tables [L, D]: the sin of the first half is negated, so that the
-    rotate-half convention's cat(-x2, x1) * sin becomes roll(x) * signed_sin (see apply_rotary)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+def rotary_table(head_dim: int, max_len: int, theta: float, device=None) -> torch.Tensor:
+    """Each position's rotation as a [L, 2, 2, D/2] float32 table: entry [p, i, j] multiplies
+    half i of a head (first or second) into half j of the result (see apply_rotary).
+
+    The rotate-half convention (transformers' Llama, Qwen2; LLaDA's) is
+    first' = first * cos - second * sin and second' = second * cos + first * sin.
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))  # [D/2]
     angles = torch.outer(torch.arange(max_len, dtype=torch.float32, device=device), inv_freq)  # [L, D/2]
-    return torch.cat([angles, angles], dim=-1).cos(), torch.cat([-angles.sin(), angles.sin()], dim=-1)
+    cos, sin = angles.cos(), angles.sin()
+    from_first = torch.stack([cos, sin], dim=1)  # [L, 2 (to first, to second), D/2]
+    from_second = torch.stack([-sin, cos], dim=1)
+    return torch.stack([from_first, from_second], dim=1)  # [L, 2 (from), 2 (to), D/2]
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE: x * cos + cat(-x2, x1) * sin, computed as x * cos + roll(x) * signed_sin
-    (the same products, in three ops instead of ten). x [B, H, S, D]; tables [S, D]."""
-    rolled = x.roll(x.shape[-1] // 2, dims=-1)
-    if x.dtype == torch.float32:
-        return torch.addcmul(x * cos, rolled, signed_sin)
-    return torch.addcmul(x.float() * cos, rolled.float(), signed_sin).to(x.dtype)
+def apply_rotary(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE in two kernels: a broadcast product of each half with its two table
+    entries, then the sum over the source half. x [B, H, S, D]; table [S, 2, 2, D/2] in x's
+    dtype (Transformer.rope) -> [B, H, S, D].
+
+    In bfloat16 each product is rounded and the pair summed in float32 and rounded once: the
+    same arithmetic as transformers' Llama/Qwen2 rotary in bfloat16 (cos and sin cast to the
+    model's dtype). The previous form, x * cos + roll(x) * signed_sin with float32 upcasts,
+    was six launches in bfloat16.
+    """
+    # Computed in [B, S, H, D] order, the projections' own layout (x is a transposed view of it):
+    # the result keeps that layout, so attention's output reshapes back without a copy.
+    halves = x.transpose(1, 2).unflatten(-1, (2, x.shape[-1] // 2)).unsqueeze(-2)  # [B, S, H, 2 (from), 1, D/2], a view
+    rotated = (halves * table[:, None]).sum(-3)  # [B, S, H, 2, 2, D/2] -> [B, S, H, 2 (to), D/2]
+    return rotated.flatten(-2).transpose(1, 2)  # [B, H, S, D]
 
 
 class KVCache:
@@ -143,6 +171,33 @@ class KVCache:
         self.length = length
 
 
+@dataclass(frozen=True)
+class Attend:
+    """One pass's attention policy: which keys its positions see, and what it does to the cache.
+
+    Without a cache the keys are the pass's own positions; with one, `write=True` first writes
+    the chunk's keys/values at its positions and then attends over cache[:keys] (default: the
+    whole cache), while `write=False` leaves the cache untouched and attends over cache[:keys]
+    followed by the chunk's own keys/values (block diffusion's open block: finished blocks are
+    read-only). `mask` [S, K] (True: query may see key, over those K keys in that order) narrows
+    it further; None lets every query see every key.
+    """
+
+    mask: torch.Tensor | None = None
+    keys: int | None = None
+    write: bool = True
+
+
+FULL = Attend()  # bidirectional over everything: the masked-diffusion families
+
+
+def block_causal_mask(positions: torch.Tensor, keys: int, block: int) -> torch.Tensor:
+    """[S, keys] bool: query at canvas position p sees key k iff k's block is not after p's
+    (bidirectional inside a block, causal across blocks; blocks of `block` from position 0)."""
+    key_blocks = torch.arange(keys, device=positions.device) // block  # [K]
+    return key_blocks[None, :] <= (positions // block)[:, None]  # [S, K]
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -151,28 +206,50 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None  # per head, before rotary
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+        self.rotary_dim = cfg.rotary_dim or cfg.head_dim
         self.packed: PackedAttention | None = None  # inference layout, see Transformer.pack
 
-    def forward(self, x, cos, sin, positions, layer_cache):
+    def _norm_rotate(self, qk: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        """q and k heads together [B, H + Hkv, S, D]: q/k norm (where the family has it), then
+        rotary over each head's first rotary_dim dims (the rest pass through, LLaDA2's partial rotary)."""
+        if self.q_norm is not None:
+            H = self.n_heads
+            qk = torch.cat([self.q_norm(qk[:, :H]), self.k_norm(qk[:, H:])], dim=1)
+        if self.rotary_dim == self.head_dim:
+            return apply_rotary(qk, rope)
+        r = self.rotary_dim
+        return torch.cat([apply_rotary(qk[..., :r], rope), qk[..., r:]], dim=-1)
+
+    def forward(self, x, rope, positions, layer_cache, attend: Attend = FULL):
         B, S, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
         if self.packed is None:
             q = self.wq(x).view(B, S, H, D).transpose(1, 2)  # [B, H, S, D]
             k = self.wk(x).view(B, S, Hkv, D).transpose(1, 2)  # [B, Hkv, S, D]
             v = self.wv(x).view(B, S, Hkv, D).transpose(1, 2)
-            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            if self.q_norm is None and self.rotary_dim == D:
+                q, k = apply_rotary(q, rope), apply_rotary(k, rope)
+            else:
+                q, k = self._norm_rotate(torch.cat([q, k], dim=1), rope).split([H, Hkv], dim=1)
         else:
             # One matmul for q|k|v and one rotary call for q and k together.
             qkv = x @ self.packed.qkv if self.packed.bias is None else torch.addmm(self.packed.bias, x.flatten(0, 1), self.packed.qkv)
             qkv = qkv.view(B, S, H + 2 * Hkv, D).transpose(1, 2)  # [B, H + 2Hkv, S, D]
-            qk = apply_rotary(qkv[:, :H + Hkv], cos, sin)
+            qk = self._norm_rotate(qkv[:, :H + Hkv], rope)
             q, k, v = qk[:, :H], qk[:, H:], qkv[:, H + Hkv:]
         if layer_cache is not None:
             cache_k, cache_v = layer_cache
-            cache_k.index_copy_(2, positions, k)
-            cache_v.index_copy_(2, positions, v)
-            k, v = cache_k, cache_v  # [B, Hkv, T, D]
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=Hkv != H)
+            keys = cache_k.shape[2] if attend.keys is None else attend.keys
+            if attend.write:
+                cache_k.index_copy_(2, positions, k)
+                cache_v.index_copy_(2, positions, v)
+                k, v = cache_k[:, :, :keys], cache_v[:, :, :keys]  # [B, Hkv, K, D]
+            else:  # read-only cache: the chunk sees what is cached before it, and itself
+                k = torch.cat([cache_k[:, :, :keys], k], dim=2)  # [B, Hkv, keys + S, D]
+                v = torch.cat([cache_v[:, :, :keys], v], dim=2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attend.mask, enable_gqa=Hkv != H)
         out = out.transpose(1, 2).reshape(B, S, -1)
         return self.wo(out) if self.packed is None else out @ self.packed.wo
 
@@ -218,17 +295,28 @@ class FeedForward(nn.Module):
         return (F.silu(gate) * up) @ self.packed.down
 
 
+FLOAT16_LIMIT = torch.finfo(torch.float16).max - 1000  # headroom: the next op's rounding stays finite
+
+
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int = 0) -> None:
         super().__init__()
         self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.attn = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.ffn = FeedForward(cfg)
+        # A mixture-of-experts family keeps a dense MLP in its first layers (first_k_dense_replace).
+        moe = cfg.moe is not None and cfg.moe.is_moe_layer(layer)
+        self.ffn = MoEFeedForward(cfg.dim, cfg.moe) if moe else FeedForward(cfg)
 
-    def forward(self, x, cos, sin, positions, layer_cache):
-        x = x + self.attn(self.attn_norm(x), cos, sin, positions, layer_cache)
-        return x + self.ffn(self.ffn_norm(x))
+    def forward(self, x, rope, positions, layer_cache, attend: Attend = FULL):
+        x = x + self.attn(self.attn_norm(x), rope, positions, layer_cache, attend)
+        x = x + self.ffn(self.ffn_norm(x))
+        if x.dtype == torch.float16:
+            # float16 tops out at 65504, and big models' residual streams pass it (bfloat16 and
+            # float32 do not overflow there): an inf here becomes NaN in the next norm and NaN
+            # logits after it. Clamping to the largest finite value is transformers' T5 guard.
+            x = x.clamp(-FLOAT16_LIMIT, FLOAT16_LIMIT)
+        return x
 
 
 class Transformer(nn.Module):
@@ -236,12 +324,12 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.output.weight = self.embed.weight
-        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._rope: torch.Tensor | None = None  # [L, 2, 2, D/2] in the activations' dtype, see rope
         self.packed_output: torch.Tensor | None = None  # [dim, V] inference layout, see pack
         # Set by core/placement.py when the layers are spread over devices (accelerate): where
         # each layer's keys/values live (a hook would otherwise copy the cache to the layer on
@@ -250,17 +338,19 @@ class Transformer(nn.Module):
         self.layer_devices: list[torch.device] | None = None
         self.output_device: torch.device | None = None
 
-    def rope(self, device, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotary tables covering at least `length` positions (default: a small canvas).
+    def rope(self, device, length: int | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The rotary table (rotary_table) covering at least `length` positions (default: a
+        small canvas), in `dtype` (the activations': apply_rotary multiplies in it).
 
         Built lazily (not a buffer) so meta-device construction and state dicts stay clean, and
         sized to the canvas in use, grown in powers of two, never to the declared maximum: a
-        config may declare a million positions, and the table costs positions x head_dim floats.
+        config may declare a million positions, and the table costs positions x head_dim x 2 values.
         """
         need = min(self.cfg.max_seq_len, max(length or 0, 512))
-        if self._rope is None or self._rope[0].device != device or self._rope[0].shape[0] < need:
+        table = self._rope
+        if table is None or table.device != device or table.dtype != dtype or table.shape[0] < need:
             size = min(self.cfg.max_seq_len, 1 << (need - 1).bit_length())
-            self._rope = rotary_table(self.cfg.head_dim, size, self.cfg.rope_theta, device)
+            self._rope = rotary_table(self.cfg.rotary_dim or self.cfg.head_dim, size, self.cfg.rope_theta, device).to(dtype)
         return self._rope
 
     @torch.no_grad()
@@ -285,7 +375,8 @@ class Transformer(nn.Module):
                     lin.bias = nn.Parameter(part, requires_grad=False)
             qkv = _pack([attn.wq, attn.wk, attn.wv])
             attn.packed = PackedAttention(qkv, bias, _pack([attn.wo]))
-            ffn.packed = PackedFeedForward(_pack([ffn.w1, ffn.w3]), _pack([ffn.w2]))
+            if isinstance(ffn, FeedForward):  # a mixture of experts keeps its [E, out, in] experts as loaded
+                ffn.packed = PackedFeedForward(_pack([ffn.w1, ffn.w3]), _pack([ffn.w2]))
         if not self.cfg.tie_embeddings:
             self.packed_output = _pack([self.output])
         elif self.embed.weight.device.type == "cpu":
@@ -301,12 +392,13 @@ class Transformer(nn.Module):
         cfg, w = self.cfg, self.embed.weight
         return KVCache(cfg.n_layers, batch, cfg.n_kv_heads, length, cfg.head_dim, w.dtype, self.layer_devices or w.device)
 
-    def hidden(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+    def hidden(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None,
+               attend: Attend = FULL) -> torch.Tensor:
         """ids [B, S] -> final hidden states [B, S, dim], before the last norm.
 
         `positions` [S] are the absolute canvas positions of `ids` (default 0..S-1); with a
         `cache`, this chunk's keys/values are written at those positions and attention
-        runs over the whole cached canvas.
+        runs over the whole cached canvas, unless `attend` (see Attend) says otherwise.
         """
         B, S = ids.shape
         if positions is None:
@@ -314,12 +406,11 @@ class Transformer(nn.Module):
         longest = max(S, cache.length if cache is not None else 0)
         if longest > self.cfg.max_seq_len:
             raise ValueError(f"canvas of {longest} tokens exceeds max_seq_len {self.cfg.max_seq_len}")
-        cos, sin = self.rope(ids.device, longest)
-        cos, sin = cos[positions], sin[positions]  # [S, D]
         x = self.embed(ids)  # [B, S, dim]
+        rope = self.rope(ids.device, longest, x.dtype)[positions]  # [S, 2, 2, D/2]
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else (cache.k[i], cache.v[i])
-            x = layer(x, cos, sin, positions, layer_cache)
+            x = layer(x, rope, positions, layer_cache, attend)
         return x if self.output_device is None else x.to(self.output_device)
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -330,14 +421,16 @@ class Transformer(nn.Module):
             logits = self.output(self.norm(hidden)).float()
         return logits if self.output_device is None else logits.to(self.output_device)
 
-    def scores(self, ids: torch.Tensor, positions: torch.Tensor | None, cache: KVCache | None, rows: torch.Tensor) -> torch.Tensor:
+    def scores(self, ids: torch.Tensor, positions: torch.Tensor | None, cache: KVCache | None, rows: torch.Tensor,
+               attend: Attend = FULL) -> torch.Tensor:
         """A pass over `ids` (as `hidden`), projected at `rows` only: [B, len(rows), V] float32.
 
         A denoising step's whole forward in one call: what `Denoiser.compile` wraps, so that
         a step is one compiled graph (one CUDA graph with "reduce-overhead").
         """
-        return self.project(self.hidden(ids, positions, cache)[:, rows])
+        return self.project(self.hidden(ids, positions, cache, attend)[:, rows])
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None,
+                attend: Attend = FULL) -> torch.Tensor:
         """ids [B, S] -> logits [B, S, V] (float32)."""
-        return self.project(self.hidden(ids, positions, cache))
+        return self.project(self.hidden(ids, positions, cache, attend))

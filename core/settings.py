@@ -20,6 +20,7 @@ import math
 import re
 import typing
 from dataclasses import dataclass, field, fields, replace
+from fractions import Fraction
 from typing import Any, ClassVar
 
 
@@ -138,7 +139,24 @@ def parse_size(text: str) -> int:
     match = _SIZE.match(text)
     if not match:
         raise ValueError(f"has a bad memory size {text.strip()!r} (use e.g. 20GiB, 512MB)")
-    return int(float(match.group(1)) * _UNITS[(match.group(2) or "B").lower()])
+    # Exact arithmetic: float() of a 400-digit number is infinity, and int(infinity) raises.
+    size = int(Fraction(match.group(1)) * _UNITS[(match.group(2) or "B").lower()])
+    if size > MAX_MEMORY_BYTES:
+        raise ValueError(f"has a memory size beyond any machine ({text.strip()[:40]!r}; at most 1 EiB)")
+    return size
+
+
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:[0-9]{1,4})?)$")
+
+
+def parse_device(text: str) -> str:
+    """A device a model can run on; torch accepts more names (meta, a bare index) that cannot run a model."""
+    if not _DEVICE.match(text):
+        raise ValueError(f"must be auto, cpu, cuda, cuda:N or mps, not {text[:40]!r}")
+    return text
+
+
+MAX_MEMORY_BYTES = 2**60  # 1 EiB: beyond any machine, still an exact float and a C int64 for accelerate
 
 
 def parse_max_memory(spec: str) -> dict[int | str, int]:
@@ -155,7 +173,7 @@ def parse_max_memory(spec: str) -> dict[int | str, int]:
     return out
 
 
-# The loop's named choices (core/sampler.py and kernels/ implement them).
+# The loop's named choices (core/loops/masked.py and kernels/ implement them).
 POLICIES = ("confidence", "margin", "entropy", "random")
 SCHEDULES = ("fixed", "threshold")
 CACHES = ("none", "prefix", "dual")
@@ -214,7 +232,7 @@ class ModelRequest(Request):
     section: ClassVar[str] = "model"
 
     model: str | None = setting(None, "checkpoint directory or a hub id already in the local Hugging Face cache (default: the embedded model)", metavar="M")
-    device: str = setting("auto", "cpu, cuda, cuda:1, ... (auto: cuda when there is one)", metavar="DEVICE")
+    device: str = setting("auto", "cpu, cuda, cuda:1, ... (auto: cuda when there is one)", metavar="DEVICE", parse=parse_device)
     dtype: str = setting("auto", "weights dtype (auto: bfloat16 on GPU, float32 on CPU)", choices=DTYPES)
     device_map: str | None = setting(None, "spread a big model over the GPUs and CPU memory (accelerate); automatic when it does not fit one GPU", choices=("auto",))
     max_memory: str | None = setting(None, "memory per device for --device-map, e.g. 0=20GiB,1=20GiB,cpu=64GiB", metavar="SPEC", parse=parse_max_memory)

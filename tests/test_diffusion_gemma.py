@@ -17,7 +17,7 @@ from gemma_checkpoint import write_diffusion_gemma
 from sharpen.core.canvas import build_canvas
 from sharpen.core.engine import apply_edit, run_edit
 from sharpen.core.gemma import load_gemma
-from sharpen.core.renoise import NoiseCanvas, renoise, split_canvas
+from sharpen.core.loops.random_token import NoiseCanvas, renoise, split_canvas
 from sharpen.core.settings import Sampling
 from sharpen.core.spans import Span
 
@@ -159,7 +159,7 @@ def test_several_spans_share_one_canvas_and_an_instruction_uses_the_chat_templat
 
 def test_an_end_token_ends_the_span(gemma):
     """What follows the model's end token is not part of the answer (as transformers pads it)."""
-    from sharpen.core.renoise import _cut_at_end
+    from sharpen.core.loops.random_token import _cut_at_end
 
     eos = gemma.spec.eos_id
     ids = torch.tensor([[10, 11, eos, 12, 13, 14]])

@@ -6,7 +6,7 @@ import torch
 
 from sharpen.core.canvas import build_canvas
 from sharpen.core.engine import apply_edit, run_edit
-from sharpen.core.sampler import LoopRules, denoise
+from sharpen.core.loops.masked import LoopRules, denoise
 from sharpen.core.settings import Sampling
 from sharpen.core.spans import Span
 from sharpen.kernels import reference as K
@@ -330,7 +330,7 @@ def test_block_refresh_recomputes_only_the_finished_and_the_new_block(tiny_denoi
 @pytest.mark.parametrize("block_size", [0, 1, 3, 8])
 @pytest.mark.parametrize("steps", [None, 1, 4, 7, 100])
 def test_step_budget_is_split_over_blocks_exactly(lengths, block_size, steps):
-    from sharpen.core.sampler import _plan
+    from sharpen.core.loops.masked import _plan
 
     spans, start = [], 5
     for n in lengths:  # slot ranges with gaps between them, as on a canvas

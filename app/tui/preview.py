@@ -12,8 +12,11 @@ from ...core.changes import ChangeSet
 
 MASKED, DOUBTFUL, UNSURE, SURE, FINAL = "masked", "doubtful", "unsure", "sure", "final"
 NOISE = "noise"  # a random-token model's slot still noise: the random token itself, faint, new each step
+EDITED = "edited"  # a token the model wrote over one it had committed (core.loops.frame: "edited")
 MARKED = "marked"  # a region marked for a later parallel edit, outside this run's spans
-KINDS = (MASKED, NOISE, DOUBTFUL, UNSURE, SURE, FINAL, MARKED)
+GHOST, GHOST_MASKED = "ghost", "ghost-masked"  # as-you-type completion (ghost.py): faint text, faint blur
+GHOST_CURSOR = "ghost-cursor"  # the cursor's cell while a ghost covers the editor
+KINDS = (MASKED, NOISE, DOUBTFUL, UNSURE, SURE, FINAL, MARKED, EDITED, GHOST, GHOST_MASKED, GHOST_CURSOR)
 MASK_GLYPH = "░"  # one per still-masked slot: the blur that sharpens into text
 EMPTY_GLYPH = "∅"  # a finished span whose result is empty, so the preview still shows where it is
 SURE_AT = 0.9  # confidence at or above which a token is drawn at full strength
@@ -50,16 +53,19 @@ def noise_text(piece: str) -> str:
     return shown or MASK_GLYPH
 
 
-def span_pieces(tokens, confidence, decode_pieces, end_ids, noise=None) -> list[Piece]:
+def span_pieces(tokens, confidence, decode_pieces, end_ids, noise=None, states=None) -> list[Piece]:
     """One span of a frame -> pieces: masked slots as MASK_GLYPH, pad/eos hidden, text by confidence.
 
     `decode_pieces(ids)` is the tokenizer's per-token display strings; runs of committed
     tokens are decoded together so characters split across tokens come out whole. `noise`
     (random-token models): the token each unsharp slot holds, drawn faint as noise_text.
+    `states` (core.loops.frame.SLOT_STATES per slot): an "edited" slot, a token written over
+    one the model had committed, is drawn as an edit.
     """
     pieces: list[Piece] = []
     run: list[tuple[int, float]] = []
     noise = noise or (None,) * len(tokens)
+    states = states or (None,) * len(tokens)
 
     def flush() -> None:
         if run:
@@ -67,8 +73,11 @@ def span_pieces(tokens, confidence, decode_pieces, end_ids, noise=None) -> list[
             pieces.extend(Piece(text, confidence_kind(p)) for text, (_, p) in zip(texts, run))
             run.clear()
 
-    for token, p, drawn in zip(tokens, confidence, noise):
-        if token is None and drawn is not None:
+    for token, p, drawn, state in zip(tokens, confidence, noise, states):
+        if state == "edited" and token not in end_ids:
+            flush()
+            pieces.append(Piece(decode_pieces([token])[0], EDITED))
+        elif token is None and drawn is not None:
             flush()
             pieces.append(Piece(noise_text(decode_pieces([drawn])[0]), NOISE))
         elif token is None:

@@ -28,8 +28,12 @@ class PreviewView(TextArea, can_focus=False):
         & > .preview-view--doubtful { background: $accent 12%; text-style: dim italic; }
         & > .preview-view--unsure { background: $accent 12%; text-style: dim; }
         & > .preview-view--sure { background: $accent 12%; }
+        & > .preview-view--edited { background: $warning 25%; text-style: underline; }
         & > .preview-view--final { background: $accent 20%; }
         & > .preview-view--marked { background: $accent 35%; text-style: underline; }
+        & > .preview-view--ghost { color: $foreground 45%; text-style: italic; }
+        & > .preview-view--ghost-masked { color: $foreground 30%; }
+        & > .preview-view--ghost-cursor { text-style: reverse; }
     }
     """
 
@@ -59,6 +63,8 @@ class PreviewView(TextArea, can_focus=False):
     def get_line(self, line_index: int):
         line = super().get_line(line_index)
         for start, end, kind in self.layout_shown.styles_for(line_index):
+            if start >= len(line.plain):  # a cursor at the end of its line: a blank cell to draw it on
+                line.append(" ")
             line.stylize(self.get_component_rich_style(f"preview-view--{kind}"), start, end)
         return line
 

@@ -7,19 +7,51 @@ reads `model_type` from config.json, never the path. Every family is listed in F
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..errors import ModelError
-from . import dream, llada, open_dcoder, sharpen_native
+from . import dream, llada, llada2, open_dcoder, sharpen_native
 from .family import Family, expand_weight_map
 
-__all__ = ["FAMILIES", "Family", "expand_weight_map", "family_for", "known_families"]
+__all__ = ["FAMILIES", "Family", "Route", "expand_weight_map", "family_for", "known_families", "route"]
 
-FAMILIES: tuple[Family, ...] = (sharpen_native.SHARPEN, llada.LLADA, dream.DREAM, open_dcoder.OPEN_DCODER)
+FAMILIES: tuple[Family, ...] = (sharpen_native.SHARPEN, llada.LLADA, dream.DREAM, open_dcoder.OPEN_DCODER, llada2.LLADA2)
 # Families that do not map onto the backbone: they load through transformers' own model class.
-TRANSFORMERS_FAMILIES = ("diffusion_gemma",)  # core/gemma.py
+# model_type -> (family, loop kind)
+TRANSFORMERS_FAMILIES = {"diffusion_gemma": ("diffusion_gemma", "random-token")}  # core/gemma.py
+# How a checkpoint is loaded: mapped onto core/model.py (core/loading.py), through transformers'
+# own class (core/gemma.py), or through the checkpoint's own code on the user's opt-in (core/remote.py).
+LOADERS = ("backbone", "transformers", "remote")
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a checkpoint goes, decided from its config.json alone, before anything is loaded."""
+
+    loader: str  # one of LOADERS
+    loop: str  # the denoising loop its model runs (core/denoiser.py LOOPS)
+    family: str  # registry name, or the config's model_type for remote code
 
 
 def known_families() -> list[str]:
     return sorted([f.name for f in FAMILIES] + list(TRANSFORMERS_FAMILIES))
+
+
+def route(config: dict, trust_remote_code: bool = False) -> Route:
+    """The loader and loop of a checkpoint from its config.json; an unknown family is a ModelError
+    unless the user trusts the checkpoint's own code (then it runs as a masked model)."""
+    model_type = config.get("model_type")
+    if model_type in TRANSFORMERS_FAMILIES:
+        family, loop = TRANSFORMERS_FAMILIES[model_type]
+        return Route("transformers", loop, family)
+    try:
+        family = family_for(config)
+    except ModelError as exc:
+        if not trust_remote_code:
+            hint = "; it ships its own modeling code: pass --trust-remote-code if you trust it" if config.get("auto_map") else ""
+            raise ModelError(f"{exc}{hint}") from None
+        return Route("remote", "masked", str(model_type))
+    return Route("backbone", family.loop, family.name)
 
 
 def family_for(config: dict) -> Family:

@@ -22,6 +22,9 @@ class Family:
     skip_keys: tuple[str, ...] = ()  # checkpoint keys with no counterpart (rotary caches, ...)
     tempered_scores: bool = False  # the reference ranks commits by the tempered probability (see ModelSpec)
     default_refresh: str = "canvas"  # Fast-dLLM's published refresh; the embedded model measured block as well
+    # Backbone tensors no single checkpoint tensor holds (fused q|k|v, per-expert matrices): core/derived.py
+    derived: Callable[[ModelConfig], dict] | None = None
+    loop: str = "masked"  # the denoising loop its models run (core/denoiser.py LOOPS)
 
 
 def expand_weight_map(family: Family, n_layers: int) -> dict[str, str]:

@@ -1,6 +1,6 @@
-"""The random-token loop (DiffusionGemma): a canvas of noise refined into text, as Frames.
+"""The random-token loop (kind "random-token": DiffusionGemma): a canvas of noise refined into text, as Frames.
 
-Masked diffusion (core/sampler.py) starts every slot as the mask token and commits tokens
+Masked diffusion (masked.py) starts every slot as the mask token and commits tokens
 for good. Here a canvas starts as random tokens; each step the decoder proposes every
 position (fed its previous logits: self-conditioning), a token is drawn for each, the
 lowest-entropy draws are accepted while their summed entropy, less the largest, stays
@@ -29,10 +29,10 @@ from typing import Callable, Iterator
 
 import torch
 
-from .canvas import Canvas
-from .errors import SpanError
-from .sampler import Frame
-from .settings import Sampling
+from ..canvas import Canvas
+from ..errors import SpanError
+from ..settings import Sampling
+from .frame import NOISE, SHARP, Frame
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,9 @@ def renoise(denoiser, layout: NoiseCanvas, settings: Sampling = Sampling(), shou
             logp = confidence[:, free_positions].clamp_min(1e-9).log()
             scores = tuple(logp.mean(1).tolist())
             shown, shown_sharp = ended, torch.ones_like(sharp)
-        return Frame(step, steps, time.perf_counter() - started, done, shown[0].clone(), confidence[0].clone(), argmax[0].clone(),
-                     layout.slots, -1, final, scores, final_conf, shown_sharp[0].clone())
+        state = torch.where(shown_sharp[0], SHARP, NOISE).to(torch.uint8)  # [C]
+        return Frame(step, steps, time.perf_counter() - started, done, "random-token", shown[0].clone(), confidence[0].clone(),
+                     argmax[0].clone(), state, layout.slots, final, scores, final_conf)
 
     yield frame(0)
     step = 0

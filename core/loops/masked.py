@@ -1,4 +1,4 @@
-"""The denoising loop, as an iterator of Frames.
+"""The masked-diffusion loop (kind "masked"), as an iterator of Frames.
 
 A canvas holds mask slots; each step runs the denoiser once over the batch, proposes a
 token for every masked slot of the current block, ranks the proposals by the policy and
@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
 
-from ..kernels import step as kernels
-from .canvas import Canvas
-from .denoiser import DenoiserLike
-from .errors import UsageError
-from .settings import Sampling
+from ...kernels import step as kernels
+from ..canvas import Canvas
+from ..denoiser import DenoiserLike
+from ..errors import UsageError
+from ..settings import Sampling
+from .frame import Frame, slot_states
 
 REWRITE_ORDERS = ("confidence", "random")
 
@@ -53,61 +53,6 @@ class LoopRules:
     def __post_init__(self) -> None:
         if self.rewrite_order not in REWRITE_ORDERS:
             raise ValueError(f"unknown rewrite order {self.rewrite_order!r}; known: {', '.join(REWRITE_ORDERS)}")
-
-
-@dataclass(frozen=True)
-class SpanState:
-    tokens: tuple[int | None, ...]  # committed (sharp) ids, None where still masked or noise
-    confidence: tuple[float, ...]  # probability at commit, or of the current guess while masked
-    guesses: tuple[int, ...]  # the model's current best token for every slot (the blurry preview)
-    # Random-token families (core/renoise.py): the noise token each unsharp slot holds this
-    # step (None where sharp); None for masked families, whose unsharp slots hold the mask.
-    noise: tuple[int | None, ...] | None = None
-
-
-@dataclass(frozen=True)
-class Frame:
-    step: int  # 0 is the starting canvas (for rewrites: the re-noised draft)
-    total_steps: int  # planned steps; threshold commits may finish earlier
-    elapsed: float  # seconds since the loop started
-    done: bool
-    _ids: torch.Tensor = field(repr=False)  # [T] first sample's canvas at this step
-    _confidence: torch.Tensor = field(repr=False)  # [T]
-    _guesses: torch.Tensor = field(repr=False)  # [T]
-    _slots: tuple[range, ...] = field(repr=False)
-    _mask_id: int = field(repr=False)
-    final_ids: tuple[tuple[tuple[int, ...], ...], ...] | None = None  # done only: [sample][span] slot ids
-    sample_scores: tuple[float, ...] | None = None  # done only: mean log-probability of each sample's slots
-    final_confidence: tuple[tuple[tuple[float, ...], ...], ...] | None = None  # done only: [sample][span] per-slot probability
-    _sharp: torch.Tensor | None = field(default=None, repr=False)  # [T] bool, random-token loops: accepted (else noise)
-
-    @cached_property
-    def spans(self) -> tuple[SpanState, ...]:
-        """Per span, the first sample's state (converted from device tensors on first read)."""
-        row, conf, guess = self._ids.tolist(), self._confidence.tolist(), self._guesses.tolist()
-        if self._sharp is not None:
-            sharp = self._sharp.tolist()
-            return tuple(
-                SpanState(
-                    tokens=tuple(row[p] if sharp[p] else None for p in r),
-                    confidence=tuple(conf[p] for p in r),
-                    guesses=tuple(guess[p] for p in r),
-                    noise=tuple(None if sharp[p] else row[p] for p in r),
-                )
-                for r in self._slots
-            )
-        return tuple(
-            SpanState(
-                tokens=tuple(None if row[p] == self._mask_id else row[p] for p in r),
-                confidence=tuple(conf[p] for p in r),
-                guesses=tuple(guess[p] for p in r),
-            )
-            for r in self._slots
-        )
-
-    @cached_property
-    def masked(self) -> int:
-        return sum(t is None for s in self.spans for t in s.tokens)
 
 
 def _plan(spans: list[range], settings: Sampling, device) -> list[tuple[torch.Tensor, int, list[int]]]:
@@ -172,8 +117,8 @@ def denoise(
             # Mean log-probability of what this run wrote (kept draft tokens and pre-filled pads excluded).
             logp = torch.where(denoised, confidence.clamp_min(1e-9).log(), torch.zeros_like(confidence))
             scores = tuple((logp.sum(1) / denoised.sum(1).clamp_min(1)).tolist())
-        return Frame(step, total, time.perf_counter() - started, done, x[0].clone(), confidence[0].clone(),
-                     guesses[0].clone(), canvas.slots, mask_id, final, scores, final_conf)
+        return Frame(step, total, time.perf_counter() - started, done, "masked", x[0].clone(), confidence[0].clone(),
+                     guesses[0].clone(), slot_states(x[0], mask_id), canvas.slots, final, scores, final_conf)
 
     _renoise_rewrites(denoiser, canvas, rules, x, confidence, generator)
     denoised = x == mask_id  # [B, T] the positions this run fills
