@@ -115,30 +115,6 @@ async def test_recovery_is_written_when_typing_pauses(tmp_path, monkeypatch):
         await wait_for(pilot, lambda: any(e.text and e.text.startswith("q") for e in store.entries_for(path)), timeout=5)
 
 
-async def test_a_burst_of_alt_chords_never_types_into_the_buffer(tmp_path):
-    """Textual's parser turns ESC i ESC i into "^", "i": those arrive together and are the chord;
-    a "^" typed by hand (a moment before the next key) is text."""
-    from textual import events
-
-    path = tmp_path / "f.txt"
-    path.write_text("hello\n")
-    app = make_app([path])
-    async with app.run_test(size=SIZE) as pilot:
-        editor = app.active_pane().editor
-        editor.move_cursor((0, 5))
-        pressed = []
-        app.simulate_key = lambda key: pressed.append(key)
-        for _ in range(3):  # what the parser posts for a held Alt+I: "^", "i" back to back
-            editor.post_message(events.Key("circumflex_accent", "^"))
-            editor.post_message(events.Key("i", "i"))
-        await pilot.pause(0.1)
-        assert editor.buffer_text == "hello\n" and pressed == ["alt+i"] * 3
-        await pilot.press("circumflex_accent")
-        await pilot.pause(0.1)
-        await pilot.press("i")
-        assert editor.buffer_text == "hello^i\n"
-
-
 async def test_typing_over_a_finished_preview_keeps_the_text_and_types_at_the_cursor(tmp_path, tiny_denoiser):
     from pilot import with_model
 

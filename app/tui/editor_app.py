@@ -13,7 +13,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from textual import actions
+from textual import actions, events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
@@ -24,10 +24,11 @@ from ...core.errors import SharpenError, UsageError
 from ..config import Config
 from . import file_actions
 from .buffer_file import BufferFile, language_for
-from .palette import PALETTE, PaletteProvider, key_label
+from .palette import EXTRA_KEYS, PALETTE, PaletteProvider, key_label
 from .confirm_screen import ConfirmScreen
 from .editor_pane import IDLE, PREVIEW, RUNNING, EditorPane
 from .help_screen import HelpScreen
+from .key_order import KeyOrder
 from .messages import ModelFailed, ModelLoaded
 from .model_runner import load_model
 from .prompt_screen import PromptScreen
@@ -61,6 +62,7 @@ class SharpenApp(App):
     TITLE = "sharpen"
     recovery_interval: float = 10.0  # seconds between recovery writes of unsaved buffers
     handle_signals: bool = False  # SIGTERM / SIGHUP write recovery first (run_editor turns it on)
+    guard = None  # a terminal.ProcessGuard when run from the command line (run_editor)
     COMMANDS = App.COMMANDS | {PaletteProvider}  # Textual's name for palette providers
     BINDINGS = BINDINGS
     CSS = """
@@ -77,6 +79,7 @@ class SharpenApp(App):
         self.files, self.config, self.loaded_themes = files, config, themes or {}
         self.session = Session(config, strength=config.editing.strength)  # shared by every pane
         self.recovery = RecoveryKeeper(self)
+        self.key_order = KeyOrder(self)  # every key in the order typed, type-ahead included (key_order.py)
         self.load_model_on_start = load_model_on_start
         self._buffer_ids = 0
         self._footer_phase = IDLE
@@ -96,6 +99,8 @@ class SharpenApp(App):
         if self.config.editor.theme in self.available_themes:
             self.theme = self.config.editor.theme
         self.recovery.start(self.recovery_interval, self.handle_signals)
+        if self.guard is not None:  # after the recovery's signal handlers: see terminal.ProcessGuard
+            self.guard.attach()
         buffers = []
         for path in self.files:
             try:
@@ -108,6 +113,7 @@ class SharpenApp(App):
         for buffer in list(unique.values()) or [BufferFile(None)]:
             await self.add_buffer(buffer, activate=False)  # the first file named stays the one shown
         self.panes()[0].editor.focus()
+        self.call_after_refresh(self.key_order.open)  # keys typed while starting go in now
         # Crashed editors' work on no file opened now (untitled buffers, other files): one list to restore.
         self.recovery.offer_the_rest(set(unique))
         self.status.strength = self.session.strength
@@ -118,6 +124,15 @@ class SharpenApp(App):
             self.notify(f"[keymap] has no binding {unknown[0]!r}; known ids: {known}", title="Config", severity="warning", timeout=15)
         if self.load_model_on_start:
             self.call_after_refresh(self.start_model_loading)
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded and await self.key_order.take(event):
+            return
+        await super().on_event(event)
+
+    async def forward_key(self, event: events.Event) -> None:
+        """Textual's own handling of a key or paste (KeyOrder replays held ones through it)."""
+        await super().on_event(event)
 
     # -- buffers ------------------------------------------------------------------------
 
@@ -209,7 +224,7 @@ class SharpenApp(App):
 
     def action_help(self) -> None:
         rows = [(self.keys_for(c.binding_id) if c.binding_id else key_label(c.fixed_keys), c.title, c.binding_id or "") for c in PALETTE]
-        rows += [("ctrl+p", "Command palette", ""), ("shift+arrows, mouse drag", "Select", ""), ("ctrl+x / ctrl+c / ctrl+v", "Cut / copy / paste", "")]
+        rows += [(keys, title, "") for keys, title, _ in EXTRA_KEYS]
         from ..config import default_config_path
 
         hint = f"Rebind keys in {self.config_path or default_config_path()}, table [keymap]: binding-id = \"key\". Esc closes."
@@ -395,5 +410,9 @@ def run_editor(files: list[Path], config: Config, config_path: Path | None = Non
         raise UsageError("the editor cannot open stdin (-); use --apply-edit for pipes")
     app = SharpenApp(files, config, themes, config_path=config_path)
     app.handle_signals = True  # SIGTERM / SIGHUP: write recovery copies, then exit
+    from .terminal import ProcessGuard
+
+    app.guard = ProcessGuard(app)  # terminal bytes, crashed threads, hang-ups: terminal.py
+    app.guard.install()
     app.run()
     return app.return_code or 0

@@ -6,7 +6,6 @@ joined with '\\n' (what the engine sees), whatever the file's line endings are.
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Sequence
 
 from textual.document._document import Location
@@ -183,35 +182,17 @@ class EditorArea(TextArea):
             return False
         return super().check_consume_key(key, character)
 
-    # Textual's input parser turns a burst of Alt chords (ESC i ESC i ...) into "^", "i" key
-    # events: when the next ESC arrives before "ESC i" is resolved, it re-issues the pending ESC
-    # as a circumflex (docs/textual-upstream-keys.md). Those two arrive in one burst; a "^" a
-    # person types never has a letter within this gap after it.
-    CHORD_GAP = 0.025  # seconds: far below the time between two keys a person types
-
     async def _on_key(self, event) -> None:
         # Terminals send Alt+I as ESC i, which arrives with a printable character: without this
         # the TextArea would type "i" over the selection instead of running the Infill binding.
         if _is_command_key(event.key):
             event.prevent_default()
             return
+        # A burst of Alt chords (ESC i ESC i ...) arrives as Alt chords: the editor's driver parses
+        # them so (terminal.ChordParser; Textual's own parser typed "^i", docs/textual-upstream-keys.md).
         if self.before_typing is not None and (event.is_printable or event.key == "enter"):
             self.before_typing()
-        held, self._held_caret = getattr(self, "_held_caret", None), None
-        if held is not None:
-            character = event.character or ""
-            if time.monotonic() - held < self.CHORD_GAP and len(character) == 1 and character.isalpha():
-                event.prevent_default()
-                event.stop()
-                self.app.simulate_key(f"alt+{character.lower()}")  # the chord the terminal sent
-                return
-            self._replace_via_keyboard("^", *self.selection)  # a "^" typed by hand, then this key
-        if event.key == "circumflex_accent":
-            event.prevent_default()
-            event.stop()
-            self._held_caret = time.monotonic()
-            self.set_timer(2 * self.CHORD_GAP, self._release_caret)
-        elif event.key == "enter" and not self.read_only:
+        if event.key == "enter" and not self.read_only:
             # Auto-indent (app/tui/indent.py): one edit, so one undo step.
             event.prevent_default()
             event.stop()
@@ -273,12 +254,6 @@ class EditorArea(TextArea):
             self._delete_via_keyboard((row, dedent_to(column, self.indent_width)), (row, column))
             return
         super().action_delete_left()
-
-    def _release_caret(self) -> None:
-        """No letter followed the "^" within the gap: it was typed; insert it."""
-        if getattr(self, "_held_caret", None) is not None:
-            self._held_caret = None
-            self._replace_via_keyboard("^", *self.selection)
 
     # -- edits --------------------------------------------------------------------------
 

@@ -59,13 +59,23 @@ PALETTE = (
 )
 
 
+# Keys that belong to Textual's widgets (not rebindable here), shown beside PALETTE's in the
+# help screen and the docs: (keys as people write them, title, what it does).
+EXTRA_KEYS = (
+    ("Ctrl+P", "Command palette", "Every command above, by name"),
+    ("Shift+arrows, mouse drag", "Select", "Select text"),
+    ("Ctrl+X / Ctrl+C / Ctrl+V", "Cut / copy / paste", "Cut, copy or paste the selection"),
+)
+
+
 class PaletteProvider(Provider):
     """Palette entries for PALETTE; the help line shows the keys as currently bound."""
 
     def _entries(self):
         for command in PALETTE:
             keys = self.app.keys_for(command.binding_id) if command.binding_id else key_label(command.fixed_keys)
-            help_text = f"{command.help}  [{keys}]" if keys else command.help
+            # The palette reads help as markup, where "[F1]" is a style tag and vanished: escaped.
+            help_text = f"{command.help}  \\[{keys}]" if keys else command.help
             yield command, help_text
 
     async def discover(self) -> Hits:

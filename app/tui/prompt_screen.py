@@ -1,6 +1,12 @@
-"""PromptScreen: a one-line question (find, go to line, save as, rewrite instruction)."""
+"""PromptScreen: a one-line question (find, go to line, save as, rewrite instruction).
+
+Its keys come from the app's KeyOrder (app/tui/key_order.py) through `take_key`, applied at
+once: Textual's Input would get them through its own queue and post Enter's Submitted behind
+the keys that followed, so `Ctrl+G 1 2 Enter x` in one read answered "12x".
+"""
 from __future__ import annotations
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -42,7 +48,37 @@ class PromptScreen(ModalScreen[str | None]):
                 yield Label(self.hint, classes="prompt-screen--hint", markup=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value)
+        if self.is_current:  # Enter through take_key has dismissed it already
+            self.dismiss(event.value)
+
+    async def take_key(self, event: events.Key) -> bool:
+        """Apply a key now (from KeyOrder, in the app's order of keys); False: not a prompt key."""
+        try:
+            field = self.query_one(Input)
+        except Exception:  # not composed (the app waited for it and gave up): Textual's way then
+            return False
+        if event.key == "enter":
+            await self.submit(field.value)
+            return True
+        if event.is_printable and event.character:
+            field.insert_text_at_cursor(event.character)
+            return True
+        for binding in field._bindings.key_to_bindings.get(event.key, ()):  # Input's keys, the keymap applied
+            if await self.app.run_action(binding.action, field):
+                return True
+        return await self.app._check_bindings(event.key, priority=True) or await self.app._check_bindings(event.key)
+
+    async def submit(self, value: str) -> None:
+        """Dismiss with `value`, and return once the asker's callback has run."""
+        callbacks = self._result_callbacks
+        asker = callbacks[-1].requester if callbacks else None
+        self.dismiss(value)
+        if asker is not None and asker is not self.app:
+            # The callback runs in the asker's queue; the app's own queue runs it right after the
+            # current key. Either way it has run before the next key is looked at.
+            from .key_order import drained
+
+            await drained(asker)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -1,0 +1,102 @@
+"""Every key kept, in the order it was typed.
+
+Textual hands each key to a widget's own message queue and runs bindings when the key comes
+back up to the app, so a burst that arrives in one read is spread over several queues:
+`Ctrl+G 1 2 Enter x` typed "12", a line break and "x" into the buffer and opened the prompt
+afterwards (the pilot), or left Enter behind "x" in the prompt ("not a line number: 12x", a
+terminal). Keys typed before the first editor had focus went nowhere.
+
+KeyOrder sits in the app's own key handling (SharpenApp.on_event) and keeps one order:
+
+- until the first editor has focus, keys (and pastes) are held, then replayed in order; a
+  Ctrl+J among them was an Enter (the terminal's cooked mode turned its CR into LF);
+- a key the editor would not type (arrows, Shift+arrows, Ctrl and Alt chords, F-keys) waits
+  until the editor has handled every key before it, then runs its binding right here, so
+  whatever it opens is open before the next key is looked at;
+- while a prompt is up, its keys are applied to it here, and Enter submits it (and runs the
+  prompt's answer) before the next key: the keys after it go where they would have gone had
+  they been typed a second later;
+- a dialog that was just opened gets the keys once it is on screen.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from textual import events
+from textual.message_pump import MessagePump
+
+from .editor_area import EditorArea
+from .prompt_screen import PromptScreen
+
+log = logging.getLogger(__name__)
+
+WAIT_SECONDS = 1.0  # the longest a key waits for the widget before it (then it goes on as Textual would send it)
+TYPED_AS_TEXT = ("enter",)  # keys EditorArea handles itself (auto-indent), never through a binding
+
+
+async def drained(pump: MessagePump, timeout: float = WAIT_SECONDS) -> bool:
+    """Wait until `pump` has handled every message posted to it so far; False after `timeout`."""
+    if not pump.is_running:
+        return False
+    done = asyncio.get_running_loop().create_future()
+    pump.call_later(lambda: done.done() or done.set_result(None))
+    finished, _ = await asyncio.wait([done], timeout=timeout)
+    return bool(finished)
+
+
+class KeyOrder:
+    """The app's keys, in order. `app` is the SharpenApp; its on_event calls `take`."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.ready = False  # the first editor has focus (or a dialog is up at start)
+        self.held: list[events.Event] = []
+
+    async def open(self) -> None:
+        """The editor is ready: replay what was typed before, in order."""
+        self.ready = True
+        held, self.held = self.held, []
+        for event in held:
+            if isinstance(event, events.Key) and event.key == "ctrl+j":
+                event = events.Key("enter", "\r")  # typed before raw mode: the terminal's ICRNL made it LF
+            if isinstance(event, events.Paste) or not await self.take(event):
+                await self.app.forward_key(event)
+
+    async def take(self, event: events.Event) -> bool:
+        """Handle `event` (a Key, or a Paste before the editor is ready) here; False: let
+        Textual forward it as usual."""
+        if not self.ready:
+            self.held.append(event)
+            return True
+        if not isinstance(event, events.Key):
+            return False
+        app = self.app
+        screen = app.screen
+        if screen is not app.screen_stack[0] and not getattr(screen, "_sharpen_keys_ready", False):
+            await self._screen_ready(screen)  # a dialog was just pushed: its widgets may still be mounting
+            screen._sharpen_keys_ready = True  # once per dialog: a dialog that lost its focus never waits again
+            screen = app.screen
+        if isinstance(screen, PromptScreen):
+            return await screen.take_key(event)
+        focused = app.focused
+        if not isinstance(focused, EditorArea) or not self._runs_a_binding(focused, event):
+            return False
+        await drained(focused)  # every key typed before this one is in the buffer first
+        return await app._check_bindings(event.key, priority=True) or await app._check_bindings(event.key)
+
+    def _runs_a_binding(self, editor: EditorArea, event: events.Key) -> bool:
+        if event.key in TYPED_AS_TEXT or editor.check_consume_key(event.key, event.character):
+            return False
+        screen = self.app.screen
+        chains = (*screen._binding_chain, *screen._modal_binding_chain)
+        return any(event.key in bindings.key_to_bindings for _, bindings in chains)
+
+    async def _screen_ready(self, screen) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT_SECONDS
+        while loop.time() < deadline and screen is self.app.screen:
+            if screen.is_mounted and (screen.focused is not None or not screen.focus_chain):
+                return
+            await asyncio.sleep(0.005)
+        log.info("screen %s not ready after %.1f s; keys go on", screen, WAIT_SECONDS)

@@ -1,0 +1,107 @@
+"""Every key kept, in order (app/tui/key_order.py, app/tui/terminal.py's ChordParser).
+
+Each burst is sent as one terminal read would arrive: its bytes go through the driver's
+decoder and parser, and every event is posted to the app before any is handled.
+"""
+from __future__ import annotations
+
+from textual import events
+
+from pilot import make_app, notices, wait_for
+
+from sharpen.app.tui.prompt_screen import PromptScreen
+from sharpen.app.tui.terminal import ChordParser, replacing_decoder
+
+SIZE = (100, 30)
+LINES = "".join(f"line{i}\n" for i in range(1, 30))
+
+
+def parsed(data: bytes) -> list[events.Event]:
+    """The events the editor's driver posts for `data` arriving in one read."""
+    parser = ChordParser()
+    return [*parser.feed(replacing_decoder()(data)), *parser.feed("")]
+
+
+async def burst(app, pilot, data: bytes, settle: float = 0.3) -> None:
+    for event in parsed(data):
+        app.post_message(event)
+    await pilot.pause(settle)
+    await wait_for(pilot, lambda: not app._message_queue.qsize())
+
+
+def opened(tmp_path, text: str = LINES):
+    path = tmp_path / "f.py"
+    path.write_text(text)
+    return make_app([path])
+
+
+async def test_a_prompts_enter_takes_effect_before_the_keys_after_it(tmp_path):
+    app = opened(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        await burst(app, pilot, b"\x0712\rx")  # Ctrl+G 1 2 Enter x
+        assert not isinstance(app.screen, PromptScreen)
+        assert editor.document.lines[11] == "xline12" and editor.document.lines[0] == "line1"
+        assert "not a line number" not in notices(app)
+
+
+async def test_shift_right_right_after_a_prompts_enter_selects(tmp_path):
+    app = opened(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        await burst(app, pilot, b"\x075\r\x1b[1;2C\x1b[1;2C\x1b[1;2C")  # Ctrl+G 5 Enter, Shift+Right x3
+        assert editor.selection == ((4, 0), (4, 3))
+        assert editor.selected_text == "lin"
+
+
+async def test_find_and_save_as_prompts_keep_the_keys_after_enter(tmp_path):
+    app = opened(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        await burst(app, pilot, b"\x06line7\r\x1b[CZ")  # Ctrl+F line7 Enter, Right, Z
+        assert editor.document.lines[6] == "line7Z"
+        target = tmp_path / "copy.py"
+        await burst(app, pilot, b"\x1bs" + b"\x7f" * 200 + str(target).encode() + b"\rQ")  # Alt+S, clear, path, Enter, Q
+        assert target.read_text() == LINES.replace("line7\n", "line7Z\n")
+        assert "line7ZQ" in editor.document.lines[6]  # Q typed after the save, into the buffer
+
+
+async def test_a_ctrl_g_right_after_an_alt_chord_opens_its_prompt_before_the_next_keys(tmp_path):
+    app = opened(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        editor.move_cursor((2, 2))
+        await burst(app, pilot, b"\x1be\x078\ry")  # Alt+E (expand selection), Ctrl+G 8 Enter y
+        assert editor.document.lines[7] == "yline8"
+        assert editor.document.lines[2] == "line3"  # nothing typed where the chord was
+
+
+async def test_a_held_alt_chord_never_types_into_the_buffer(tmp_path):
+    app = opened(tmp_path, "hello\n")
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        editor.move_cursor((0, 5))
+        await burst(app, pilot, b"\x1bi" * 15)  # a held Alt+I: infill, 15 times
+        assert editor.buffer_text == "hello\n"
+        assert "still loading" in notices(app)  # they reached the Infill command
+        await burst(app, pilot, b"^i")  # a "^" typed by hand is text
+        assert editor.buffer_text == "hello^i\n"
+
+
+async def test_keys_typed_while_the_editor_starts_are_replayed_in_order(tmp_path):
+    app = opened(tmp_path, "x = 1\n")
+    original = app.add_buffer
+
+    async def slow_start(*args, **kwargs):
+        # Keys that arrive while the editor is being built; a Ctrl+J is an Enter typed before
+        # the terminal left cooked mode (its ICRNL turned the CR into LF).
+        for event in parsed(b"abc\ndef\n"):
+            app.post_message(event)
+        return await original(*args, **kwargs)
+
+    app.add_buffer = slow_start
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        await wait_for(pilot, lambda: editor.buffer_text == "abc\ndef\nx = 1\n")
+        await burst(app, pilot, b"!")
+        assert editor.buffer_text == "abc\ndef\n!x = 1\n"
