@@ -114,12 +114,13 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # One op in every dtype: torch's rms_norm normalises in float32 inside, as the reference
-        # implementations do. On CUDA it is one fused kernel (the product x * rstd * weight in
-        # float32, rounded once); on a CPU it is composed exactly as Llama's and LLaDA's
-        # RMSNorm (normalise in float32, round to x's dtype, scale). The two differ by at most
-        # one rounding of the result (tests/test_step_cost.py). The eager bfloat16 norm was
-        # eight launches (upcast, square, mean, add, rsqrt, multiply, round, scale).
+        # One op in every dtype (one fused kernel on CUDA): torch's rms_norm normalises in
+        # float32 inside, as the reference implementations do, and rounds x * rstd * weight to
+        # x's dtype once, where Llama's and LLaDA's RMSNorm round the normalised value before
+        # scaling it: at most one rounding step apart in bfloat16 (tests/test_step_cost.py).
+        # The weight must share x's dtype (torch falls back to its composite otherwise). The
+        # eager bfloat16 norm was eight launches (upcast, square, mean, add, rsqrt, multiply,
+        # round, scale).
         return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
