@@ -1,0 +1,302 @@
+"""Is sharpen ready for its first GPU? One table of what a step costs the host, counted here.
+
+    python bench/gpu_ready.py                  # any machine: counts, and GPU estimates from them (~2 min)
+    python bench/gpu_ready.py --device cuda    # the first GPU session: the same table, measured
+
+Rows (docs/speed.md, "The first GPU session", says what each must show):
+
+- load peak / weights: from bench/load_peak.py when it is there (left out otherwise: nothing
+  here measures a load).
+- launches per layer of a cached step (a block's rows against the KV cache, what every step
+  but a block's first runs): eager float32, eager bfloat16, and the inductor-compiled step
+  (bench/step_cost.py says how they are counted); the step's fixed part and the sampler's
+  per-step launches beside them.
+- host reads per step inside a block, fixed schedule and threshold schedule (each stalls a
+  GPU's launch queue).
+- graph breaks, compiled graphs and distinct step shapes over ten edits of different lengths
+  (a CUDA graph is recorded per distinct shape: bucketing keeps that a handful).
+- the roofline estimate at LLaDA-8B and Qwen2-0.5B shapes for an H100 (3.35 TB/s) and an RTX
+  4090 (1.0 TB/s): a cached step's bytes over the bandwidth against its launches times the host's
+  cost per launch (5-8 us eager); with CUDA graphs the model's launches are one replay.
+  With --device cuda these rows are measured (CUDA events, the profiler's kernel count,
+  torch.cuda's sync debug mode) on random weights at the real shapes, in bfloat16.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+
+import step_cost  # bench/ is on the path: the script's own folder, or pytest's pythonpath
+from synthetic import SHAPES
+
+GPUS = {"H100 (3.35 TB/s)": 3.35e12, "RTX 4090 (1.0 TB/s)": 1.008e12}
+LAUNCH_US = (5.0, 8.0)  # host cost of one eager kernel launch, PyTorch on a fast CPU
+REPLAY_US = 15.0  # one CUDA graph replay
+ROOFLINE_SHAPES = ("llada-8b", "qwen2-0.5b")
+CANVAS = 512  # tokens of a typical edit's canvas: the cache a step reads
+BLOCK = 32  # the GPU default block (core/settings.py)
+EDIT_LENGTHS = (3, 9, 17, 26, 40, 55, 70, 88, 107, 130)  # ten edits' infill slot counts
+TEXT = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    x = 1\n    y = 2\n" * 6
+
+
+def launch_rows(compiled: bool = True) -> tuple[list[tuple[str, str, str, str]], dict]:
+    rows, found = [], {}
+    for label, dtype in (("eager float32", torch.float32), ("eager bfloat16", torch.bfloat16)):
+        per_layer, fixed, _ = step_cost.layer_launches("llada", dtype)
+        target = "<= 16.75 (half of 33.5)" if dtype == torch.bfloat16 else ""
+        rows.append(("launches per layer, cached step", label, f"{per_layer:g}", target))
+        rows.append(("launches outside the layers, cached step", label, str(fixed), ""))
+        found[label] = (per_layer, fixed)
+    if not compiled:
+        return rows, found
+    per_layer, fixed = step_cost.compiled_layer_launches("llada", torch.float32)
+    rows.append(("kernels per layer, cached step", "compiled (inductor)", f"{per_layer:g}", "one CUDA graph per step with reduce-overhead"))
+    found["compiled"] = (per_layer, fixed)
+    return rows, found
+
+
+def embedded():
+    from sharpen.core.loading import load_denoiser
+
+    return load_denoiser()
+
+
+def loop_rows(denoiser) -> tuple[list[tuple[str, str, str, str]], int]:
+    """Host reads per step inside blocks, and the sampler's own launches per cached step."""
+    from sharpen.core.settings import Sampling
+
+    rows, sampler = [], 0
+    for label, settings in (("fixed schedule", Sampling(schedule="fixed", block_size=8)), ("threshold 0.9", Sampling(block_size=8))):
+        reads, launches = per_step_counts(denoiser, settings)
+        target = "0" if label == "fixed schedule" else "at most one every few steps"
+        rows.append(("host reads per step inside a block", label, f"{statistics.mean(reads):.2f} (max {max(reads)})", target))
+        sampler = max(sampler, round(statistics.median(launches)))
+    rows.append(("sampler launches per step (outside the model)", "fixed schedule, reference kernels", str(sampler), ""))
+    return rows, sampler
+
+
+def per_step_counts(denoiser, settings) -> tuple[list[int], list[int]]:
+    """Per cached step of a run on the embedded model: (host reads, launches outside the model's pass)."""
+    from sharpen.core.canvas import build_canvas
+    from sharpen.core.loops import LoopRules, run_loop
+    from sharpen.core.spans import Span
+
+    canvas = build_canvas(TEXT, [Span(40, 60, max_tokens=40)], denoiser.tokenizer, denoiser.spec.mask_id, 256, denoiser.max_len)
+    model_launches = step_cost.Launches()
+    real = denoiser._scores
+
+    def counted(*args):
+        with model_launches:  # nested: the model's own launches, subtracted from the step's
+            return real(*args)
+
+    denoiser._scores = counted
+    marks = []
+    try:
+        with step_cost.counting() as (launches, explicit):
+            for frame in run_loop(denoiser, canvas, settings, rules=LoopRules(expected_length=False)):
+                marks.append((sum(explicit.reads.values()) + sum(launches.reads.values()), launches.total - model_launches.total))
+                if frame.done:
+                    break
+    finally:
+        denoiser._scores = real
+    steps = list(zip(marks, marks[1:]))[2:-1]  # inside blocks: past the canvas's first pass, before the final frame
+    return [b[0] - a[0] for a, b in steps], [b[1] - a[1] for a, b in steps]
+
+
+def graph_rows(denoiser) -> list[tuple[str, str, str, str]]:
+    """Ten edits of different lengths through the compiled step: graph breaks, graphs, shapes."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+
+    torch._dynamo.reset()
+    counters.clear()
+    denoiser.compile("default", backend="eager")  # dynamo's graphs are the same whatever the backend
+    shapes = set()
+    real = denoiser._scores
+
+    def seen(*args):
+        shapes.add(tuple(tuple(a.shape) for a in args[:4] if isinstance(a, torch.Tensor)))
+        return real(*args)
+
+    denoiser._scores = seen
+    try:
+        for n in EDIT_LENGTHS:
+            apply_edit(denoiser, TEXT, [Span(40, 40, max_tokens=n)], Sampling(block_size=8))
+    finally:
+        denoiser._scores = real
+    breaks = sum(counters["graph_break"].values())
+    graphs = counters["stats"]["unique_graphs"]
+    return [
+        ("graph breaks over ten edits", f"slots {EDIT_LENGTHS[0]}..{EDIT_LENGTHS[-1]}", str(breaks), "0"),
+        ("compiled graphs over ten edits", "dynamo", str(graphs), "bounded"),
+        ("distinct step shapes over ten edits", "CUDA graphs recorded (reduce-overhead)", str(len(shapes)), "a handful"),
+    ]
+
+
+def step_bytes(shape: str, canvas: int = CANVAS) -> int:
+    """Bytes a bfloat16 cached step reads: every linear weight and the head once, the KV cache once."""
+    from sharpen.core.memory_fit import parameter_split
+    from sharpen.core.model import ModelConfig
+
+    cfg = ModelConfig(**SHAPES[shape])
+    embedding, linear = parameter_split(cfg)
+    weights = linear + (embedding if cfg.tie_embeddings else 0)  # a tied head reads the embedding matrix whole
+    cache = 2 * cfg.n_layers * canvas * cfg.n_kv_heads * cfg.head_dim
+    return 2 * (weights + cache)
+
+
+def roofline_rows(found: dict, sampler: int) -> list[tuple[str, str, str, str]]:
+    rows = []
+    per_layer, fixed = found["eager bfloat16"]
+    for shape in ROOFLINE_SHAPES:
+        layers = SHAPES[shape]["n_layers"]
+        eager_launches = per_layer * layers + fixed + sampler
+        for gpu, bandwidth in GPUS.items():
+            floor = step_bytes(shape) / bandwidth * 1e3  # ms
+            for mode, host in (("eager bf16", [eager_launches * us / 1e3 for us in LAUNCH_US]),
+                               ("CUDA graphs", [(REPLAY_US + sampler * us) / 1e3 for us in LAUNCH_US])):
+                low, high = (max(floor, h) for h in host)
+                rate = ", ".join(f"{k}/step {_span(k * 1e3 / high, k * 1e3 / low, 0)} tok/s" for k in (1, 4))
+                rows.append((f"est. ms per cached step, {shape}", f"{gpu}, {mode}",
+                             f"{_span(low, high, 2)} (memory floor {floor:.2f}; host {_span(*host, 2)})", rate))
+    return rows
+
+
+def _span(low: float, high: float, digits: int) -> str:
+    low_text, high_text = f"{low:.{digits}f}", f"{high:.{digits}f}"
+    return low_text if low_text == high_text else f"{low_text}-{high_text}"
+
+
+def cuda_rows(args) -> list[tuple[str, str, str, str]]:
+    """On a GPU: each shape's cached step timed eager and compiled, its kernels counted, syncs caught."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from sharpen.core.model import ModelConfig, Transformer
+
+    rows = []
+    for shape in ROOFLINE_SHAPES:
+        cfg = ModelConfig(**SHAPES[shape])
+        torch.manual_seed(0)
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(torch.bfloat16)  # built in bfloat16 on the GPU: never a float32 copy of 8B
+        try:
+            with torch.device("cuda"):
+                model = Transformer(cfg).eval()
+        finally:
+            torch.set_default_dtype(previous)
+        with torch.no_grad():
+            model.pack()
+        model.rope(torch.device("cuda"), cfg.max_seq_len, torch.bfloat16)
+        x = torch.randint(3, cfg.vocab_size, (1, CANVAS), device="cuda")
+        cache = model.new_cache(1, CANVAS)
+        run = torch.arange(CANVAS // 2, CANVAS // 2 + BLOCK, device="cuda")
+        rows_ = torch.arange(BLOCK, device="cuda")
+        for buffer in (*cache.k, *cache.v):
+            torch._dynamo.mark_static_address(buffer, guard=False)
+        with torch.inference_mode():
+            model.scores(x, None, cache, torch.arange(CANVAS, device="cuda"))
+            for mode, step in (("eager bf16", model.scores), ("compiled reduce-overhead", torch.compile(model.scores, mode="reduce-overhead"))):
+                args_ = (x[:, run], run, cache, rows_)
+                for _ in range(3):
+                    step(*args_)  # warm-up: compiling and recording
+                torch.cuda.synchronize()
+                times = []
+                for _ in range(args.repeats):
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    step(*args_)
+                    end.record()
+                    torch.cuda.synchronize()
+                    times.append(start.elapsed_time(end))
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    step(*args_)
+                    torch.cuda.synchronize()
+                kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+                ms = statistics.median(times)
+                floor = step_bytes(shape) / max(GPUS.values()) * 1e3
+                rows.append((f"ms per cached step, {shape}", f"{torch.cuda.get_device_name()}, {mode}",
+                             f"{ms:.2f} ({kernels} kernels)", f"{1e3 / ms:.0f}-{4e3 / ms:.0f} tok/s at 1-4/step; H100 floor {floor:.2f}"))
+        del model, cache
+        torch.cuda.empty_cache()
+    return rows
+
+
+def cuda_sync_rows() -> list[tuple[str, str, str, str]]:
+    """Syncs torch.cuda itself reports over a run of the embedded model on the GPU."""
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.loading import load_denoiser
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+
+    denoiser = load_denoiser(device="cuda")
+    rows = []
+    for label, settings in (("fixed schedule", Sampling(schedule="fixed", block_size=8)), ("threshold 0.9", Sampling(block_size=8))):
+        apply_edit(denoiser, TEXT, [Span(40, 60, max_tokens=40)], settings)  # warm
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = apply_edit(denoiser, TEXT, [Span(40, 60, max_tokens=40)], settings)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        syncs = sum("synchroniz" in str(w.message) for w in caught)
+        rows.append(("host syncs per edit (torch.cuda sync debug)", label, f"{syncs} over {result.steps} steps", "a few per block"))
+    return rows
+
+
+def load_rows() -> list[tuple[str, str, str, str]]:
+    try:
+        import load_peak  # GPU-LOAD's bench/load_peak.py
+    except ImportError:
+        print("# load peak rows left out: bench/load_peak.py is not here yet", file=sys.stderr)
+        return []
+    return list(load_peak.gpu_ready_rows())
+
+
+def print_table(rows, title: str) -> None:
+    print(title)
+    print()
+    print("| measure | setting | value | target / note |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: measure the GPU rows instead of estimating them")
+    parser.add_argument("--repeats", type=int, default=20, help="timed steps per row (--device cuda)")
+    parser.add_argument("--no-compile-count", action="store_true", help="skip the compiled kernel count (it compiles twice: a minute on 2 cores)")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    started = time.perf_counter()
+    rows = load_rows()
+    launches, found = launch_rows(compiled=not args.no_compile_count)
+    rows += launches
+    denoiser = embedded()
+    loop, sampler = loop_rows(denoiser)
+    rows += loop
+    rows += graph_rows(embedded())  # a fresh denoiser: compiling replaces its step
+    if args.device == "cuda":
+        rows += cuda_sync_rows() + cuda_rows(args)
+    else:
+        rows += roofline_rows(found, sampler)
+    where = torch.cuda.get_device_name() if args.device == "cuda" else "cpu (GPU rows estimated)"
+    print_table(rows, f"# gpu_ready: {where}, torch {torch.__version__}, {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
