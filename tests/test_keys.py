@@ -105,3 +105,34 @@ async def test_keys_typed_while_the_editor_starts_are_replayed_in_order(tmp_path
         await wait_for(pilot, lambda: editor.buffer_text == "abc\ndef\nx = 1\n")
         await burst(app, pilot, b"!")
         assert editor.buffer_text == "abc\ndef\n!x = 1\n"
+
+
+def test_the_key_tables_in_the_docs_are_generated_from_the_bindings():
+    """README.md and docs/editor.md carry key_table()'s text; a binding or palette entry added,
+    removed or rebound by default without `python -m sharpen.app.tui.key_table --write` fails here."""
+    from pathlib import Path
+
+    from sharpen.app.tui.key_table import DOCS, key_table, with_table
+
+    root = Path(__file__).resolve().parent.parent
+    table = key_table()
+    for name in DOCS:
+        document = (root / name).read_text(encoding="utf-8")
+        assert with_table(document, table) == document, f"{name}: run python -m sharpen.app.tui.key_table --write"
+    for keys in ("Alt+E", "Alt+D", "Alt+L or F8", "F1"):  # keys the tables used to leave out
+        assert f"\n| {keys} |" in table
+
+
+async def test_the_palettes_keys_entry_shows_f1(tmp_path):
+    from pilot import top_command
+
+    app = opened(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p")
+        for character in "keys":
+            await pilot.press(character)
+        await wait_for(pilot, lambda: top_command(app) == "Keys")
+        from textual.command import CommandList
+
+        prompt = str(app.screen.query_one(CommandList).get_option_at_index(0).prompt)
+        assert prompt.endswith("[F1]"), prompt  # "[F1]" was read as markup and vanished
