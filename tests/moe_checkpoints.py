@@ -1,0 +1,161 @@
+"""Tiny random mixture-of-experts checkpoints in their releases' on-disk layouts.
+
+LLaDA2.0 / LLaDA2.1 (inclusionAI/LLaDA2.0-mini, -flash, LLaDA2.1-mini; Ling 2.0 "BailingMoeV2"):
+config.json with the release's own keys (inclusionAI/dFactory configs/model_configs/llada2_mini,
+whose model_type a conversion script rewrites from "llada2_moe"), sharded safetensors + index
+under the release's tensor names (fused `query_key_value`, `query_layernorm` / `key_layernorm`,
+`word_embeddings`, `lm_head`; the first `first_k_dense_replace` layers a dense `mlp`, the rest
+`mlp.gate` (weight + `expert_bias`), one tensor per expert `mlp.experts.{j}.{gate,up,down}_proj`,
+and `mlp.shared_experts`), tokenizer.json whose special tokens are Ling's (`<|endoftext|>` eos,
+`<|mask|>` mask, `<|role_end|>` end of turn; appended after a tiny BPE, so ids are small),
+tokenizer_config.json, special_tokens_map.json and generation_config.json. The release also
+ships its remote code (modeling_llada2_moe.py, configuration_llada2_moe.py); sharpen never runs
+it, so those files are written as one-line stand-ins. Only the sizes are tiny.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from family_checkpoints import _write_json, padded, random_state, write_sharded, write_tokenizer
+
+LING_SPECIAL = ("<|startoftext|>", "<|endoftext|>", "<role>", "</role>", "<|role_end|>", "<|mask|>")
+# Ling 2.0's chat format, shortened to what matters: role tags, a turn end, the assistant opening.
+LING_TEMPLATE = (
+    "{%- for message in messages %}{{- '<role>' + (message['role'] | upper | replace('USER', 'HUMAN')) + '</role>'"
+    " + message['content'] + '<|role_end|>' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<role>ASSISTANT</role>' }}{%- endif %}"
+)
+
+# The tiny shape: layer 0 dense, layers 1-2 MoE; 8 experts in 4 groups, 2 groups allowed, top 2.
+TINY = dict(d=64, layers=3, heads=4, kv=2, head_dim=16, dense_hidden=96, expert_hidden=32, experts=8, top_k=2,
+            n_group=4, topk_group=2, shared=1, first_dense=1)
+
+
+def llada2_config(ids: dict[str, int], vocab: int, *, version: str = "2.0", **shape) -> dict:
+    """config.json as LLaDA2.0-mini ships it (every key, in its order), at the tiny shape."""
+    s = {**TINY, **shape}
+    config = {
+        "architectures": ["LLaDA2MoeModelLM"],
+        "attention_dropout": 0.0,
+        "auto_map": {
+            "AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig",
+            "AutoModel": "modeling_llada2_moe.LLaDA2MoeModel",
+            "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM",
+        },
+        "num_hidden_layers": s["layers"],
+        "hidden_size": s["d"],
+        "intermediate_size": s["dense_hidden"],
+        "first_k_dense_replace": s["first_dense"],
+        "hidden_act": "silu",
+        "max_position_embeddings": 512,
+        "model_type": "llada2_moe",
+        "moe_intermediate_size": s["expert_hidden"],
+        "norm_topk_prob": True,
+        "num_experts_per_tok": s["top_k"],
+        "norm_head": False,
+        "num_attention_heads": s["heads"],
+        "num_experts": s["experts"],
+        "num_key_value_heads": s["kv"],
+        "rope_theta": 600000,
+        "rope_scaling": None,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "transformers_version": "4.52.3",
+        "use_bias": False,
+        "use_rmsnorm": True,
+        "rms_norm_eps": 1e-06,
+        "head_dim": s["head_dim"],
+        "num_shared_experts": s["shared"],
+        "use_cache": False,
+        "use_qkv_bias": False,
+        "embedding_dropout": 0.0,
+        "norm_softmax": False,
+        "output_dropout": 0.0,
+        "vocab_size": vocab,
+        "rotary_dim": s["head_dim"] // 2,
+        "using_split_qkv_in_self_attention": False,
+        "router_dtype": "fp32",
+        "moe_router_enable_expert_bias": True,
+        "routed_scaling_factor": 2.5,
+        "n_group": s["n_group"],
+        "topk_group": s["topk_group"],
+        "score_function": "sigmoid",
+        "initializer_range": 0.02,
+        "max_window_layers": 28,
+        "output_router_logits": False,
+        "pad_token_id": ids["<|endoftext|>"],
+        "partial_rotary_factor": 0.5,
+        "use_sliding_window": False,
+    }
+    if version == "2.1":  # LLaDA2.1-mini states the q/k norm its configuration class defaults to
+        config["use_qk_norm"] = True
+    return config
+
+
+def llada2_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the release, name -> shape, in the release's names."""
+    d, hd = config["hidden_size"], config["head_dim"]
+    h, kv, e, f = config["num_attention_heads"], config["num_key_value_heads"], config["num_experts"], config["moe_intermediate_size"]
+    shapes: dict[str, tuple[int, ...]] = {"model.word_embeddings.weight": (config["vocab_size"], d)}
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (d,),
+            p + "attention.query_key_value.weight": ((h + 2 * kv) * hd, d),
+            p + "attention.query_layernorm.weight": (hd,),
+            p + "attention.key_layernorm.weight": (hd,),
+            p + "attention.dense.weight": (d, h * hd),
+            p + "post_attention_layernorm.weight": (d,),
+        })
+        if i < config["first_k_dense_replace"]:
+            n = config["intermediate_size"]
+            shapes.update({p + "mlp.gate_proj.weight": (n, d), p + "mlp.up_proj.weight": (n, d), p + "mlp.down_proj.weight": (d, n)})
+            continue
+        shapes.update({p + "mlp.gate.weight": (e, d), p + "mlp.gate.expert_bias": (e,)})
+        for j in range(e):
+            q = p + f"mlp.experts.{j}."
+            shapes.update({q + "gate_proj.weight": (f, d), q + "up_proj.weight": (f, d), q + "down_proj.weight": (d, f)})
+        s = f * config["num_shared_experts"]
+        shapes.update({p + "mlp.shared_experts.gate_proj.weight": (s, d), p + "mlp.shared_experts.up_proj.weight": (s, d),
+                       p + "mlp.shared_experts.down_proj.weight": (d, s)})
+    shapes["model.norm.weight"] = (d,)
+    shapes["lm_head.weight"] = (config["vocab_size"], d)
+    return shapes
+
+
+def llada2_state(config: dict, seed: int, head_scale: float = 1.0) -> dict[str, torch.Tensor]:
+    """Random weights; the expert bias is large enough (~0.3 against sigmoid scores in (0, 1))
+    that selection with it differs from selection without it, so a test sees the bias used.
+    `head_scale` sharpens the output head: a random model is otherwise never confident enough
+    to pass LLaDA2.1's editing threshold, and a decode test would see no edits."""
+    state = random_state(llada2_shapes(config), seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    for name in state:
+        if name.endswith("expert_bias"):
+            state[name] = 0.3 * torch.randn(state[name].shape, generator=gen)
+        elif name.endswith("mlp.gate.weight"):  # router logits of a few units: routing decided, not coin flips
+            state[name] = 2.0 * torch.randn(state[name].shape, generator=gen) / state[name].shape[1] ** 0.5
+    state["lm_head.weight"] *= head_scale
+    return state
+
+
+def write_llada2(out: Path, *, version: str = "2.0", seed: int = 31, shards: int = 3, dtype: torch.dtype = torch.float32,
+                 head_scale: float = 1.0, config_overrides: dict | None = None, **shape) -> Path:
+    """A LLaDA2.x checkpoint directory in the release's layout, at the tiny shape."""
+    out.mkdir(parents=True, exist_ok=True)
+    ids = write_tokenizer(out, LING_SPECIAL)
+    config = llada2_config(ids, padded(max(ids.values()) + 1), version=version, **shape)
+    _write_json(out / "config.json", {**config, **(config_overrides or {})})  # overrides: config.json only, not the weights
+    _write_json(out / "tokenizer_config.json", {
+        "bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512, "chat_template": LING_TEMPLATE,
+    })
+    _write_json(out / "special_tokens_map.json", {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"})
+    _write_json(out / "generation_config.json", {"bos_token_id": ids["<|startoftext|>"], "eos_token_id": ids["<|endoftext|>"],
+                                                 "pad_token_id": ids["<|endoftext|>"], "transformers_version": "4.52.3"})
+    for name in ("configuration_llada2_moe.py", "modeling_llada2_moe.py"):  # in the release; sharpen never runs them
+        (out / name).write_text(f"# {name}: stands in for the release's remote code; sharpen loads this family natively\n")
+    write_sharded(out, llada2_state(config, seed, head_scale), shards, dtype)
+    return out
