@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from dataclasses import fields
 from pathlib import Path
 
 from ..core.settings import Editing, ModelRequest, Request, Sampling, SettingError, rule_of, value_type
 from ..core.spans import MODES
+from . import stop
 from .config import Config, Editor, by_section
 
 EXIT_CODES = """exit codes:
@@ -132,14 +134,39 @@ def main(argv: list[str] | None = None) -> int:
     """The console script. `argv` None means this is the process itself (not a caller in Python)."""
     process = argv is None
     if process:
+        stop.install()  # already done by app/start.py (the console script); again for `python -c` callers
         _hold_standard_streams()
     argv = sys.argv[1:] if argv is None else argv
     try:
-        return _main(argv, process)
+        code = _main(argv, process)
     except KeyboardInterrupt:
-        return _fail("interrupted; nothing was written", 130)
+        code = stop.INTERRUPTED_EXIT
+        if process:
+            _decided(code)  # first: a second Ctrl+C must not interrupt the line or the exit
+        return _fail("interrupted; nothing was written", code)
     except BrokenPipeError:
-        return 0
+        code = 0
+    if process:
+        _decided(code)
+    return code
+
+
+def _decided(code: int) -> None:
+    """The exit code is known: from here stop signals are ignored until the process is gone.
+
+    What is left is flushing and teardown (atexit, torch's threads); a burst of Ctrl+C there
+    must neither print a traceback from an atexit handler nor turn the exit into a death by
+    SIGINT, so "0: written, 130: untouched" stays true. SIG_IGN, not a Python handler: the
+    interpreter's finalization puts SIG_DFL back in place of Python handlers (but leaves
+    SIG_IGN), and a signal after that point would kill the process by the signal.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    stop.install(signal.SIG_IGN)
 
 
 def _hold_standard_streams() -> None:
@@ -229,6 +256,10 @@ def _open_editor(args: argparse.Namespace, config: Config) -> int:
     except ImportError:
         return _fail("error: the editor is not available in this build; use --apply-edit", 2)
     config_path = Path(args.config).expanduser() if args.config else None
+    if signal.getsignal(signal.SIGINT) is stop.stop_at_once:
+        # The editor takes Ctrl+C as a key; a SIGINT from `kill` goes through its own crash path
+        # (recovery first), as before; SIGTERM/SIGHUP stay one line until its handlers are in place.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     return run_editor([Path(f) for f in args.files], config, config_path)
 
 

@@ -29,6 +29,7 @@ from ..core.errors import UsageError
 from ..core.settings import REQUESTS, Request, SettingError, Settings, setting
 
 APP_NAME = "sharpen"
+MAX_CONFIG_BYTES = 4 * 2**20  # a config file is a few hundred bytes; this bounds a wrong --config
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,8 @@ def parse_config(text: str, where: str = "config") -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{where}: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise UsageError(f"{where}: nested too deeply") from None
     keymap = data.pop("keymap", {})
     if not isinstance(keymap, dict):
         raise UsageError(f"{where}: [keymap] must be a table")
@@ -164,14 +167,15 @@ def parse_config(text: str, where: str = "config") -> Config:
 
 def load_config(path: Path | None = None) -> Config:
     """Read the config file; a missing default file means defaults, a missing --config is an error."""
+    from ..core import untrusted
+
     explicit = path is not None
     path = path or default_config_path()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         if explicit:
-            raise UsageError(f"config file not found: {path}") from None
+            raise UsageError(f"config file not found: {path}")
         return Config()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read config {path}: {exc}") from None
+    # Read as untrusted input: a FIFO or /dev/zero given as --config is refused, never waited on or read
+    # without end; a UTF-8 BOM (Windows editors write one) is dropped.
+    text = untrusted.read_text(path, MAX_CONFIG_BYTES, error=UsageError)
     return parse_config(text, str(path))

@@ -7,12 +7,13 @@ stop it from loading. Used by `sharpen models` and `sharpen doctor`.
 """
 from __future__ import annotations
 
-import json
+import os
 import struct
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import untrusted
 from .errors import ModelError
 from .families import TRANSFORMERS_FAMILIES
 from .families.hf import TOKENIZER_CONFIG_KEY, read_tokenizer_config
@@ -47,17 +48,33 @@ class CheckpointInfo:
 def read_header(file: Path) -> dict:
     """The JSON header of a safetensors file; a file shorter than the header says is truncated."""
     try:
-        with open(file, "rb") as f:
+        with untrusted.open_regular(file) as f:  # a FIFO or /dev/zero named as a shard is refused here
+            size = os.fstat(f.fileno()).st_size
             (n,) = struct.unpack("<Q", f.read(8))
             if n > 100_000_000:
                 raise ValueError("implausible header size")
-            header = json.loads(f.read(n))
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-    except (OSError, ValueError, struct.error, KeyError, TypeError) as exc:
+            header = untrusted.parse_json(f.read(n).decode("utf-8"), file.name)
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+        end = 0
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            if entry.get("dtype") not in _DTYPES:
+                raise ValueError(f"tensor {name} has the unknown dtype {entry.get('dtype')!r}")
+            shape, offsets = entry.get("shape"), entry.get("data_offsets")
+            if not (_ints(shape) and _ints(offsets) and len(offsets) == 2 and 0 <= offsets[0] <= offsets[1]):
+                raise ValueError(f"tensor {name} has a bad shape or offsets")
+            end = max(end, offsets[1])
+    except (OSError, ValueError, struct.error, AttributeError) as exc:
         raise ModelError(f"corrupt weights file {file.name}: {exc}") from None
-    if file.stat().st_size < 8 + n + end:
-        raise ModelError(f"truncated weights file {file.name}: {file.stat().st_size} of {8 + n + end} bytes")
+    if size < 8 + n + end:
+        raise ModelError(f"truncated weights file {file.name}: {size} of {8 + n + end} bytes")
     return header
+
+
+def _ints(values) -> bool:
+    return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
 
 
 def weight_summary(path: Path) -> tuple[int, str, int]:
@@ -154,12 +171,22 @@ def find_checkpoints(dirs: list[Path] = (), cache_dir: str | Path | None = None,
     """The embedded model, the Hugging Face cache's models and the checkpoints under `dirs`."""
     found = []
     if embedded and (embedded_model_path() / "config.json").exists():
-        found.append(inspect_checkpoint(embedded_model_path(), "embedded", "embedded"))
+        found.append(safely_inspected(embedded_model_path(), "embedded", "embedded"))
     for repo_id, snapshot in hf_cache_checkpoints(cache_dir):
-        found.append(inspect_checkpoint(snapshot, repo_id, "hf-cache"))
+        found.append(safely_inspected(snapshot, repo_id, "hf-cache"))
     for root in dirs:
-        found.extend(inspect_checkpoint(p) for p in checkpoint_dirs(Path(root).expanduser()))
+        found.extend(safely_inspected(p) for p in checkpoint_dirs(Path(root).expanduser()))
     return found
+
+
+def safely_inspected(path: Path, name: str | None = None, source: str = "dir") -> CheckpointInfo:
+    """inspect_checkpoint, where whatever a broken checkpoint raises lists it as not usable, with why:
+    one bad directory (in the cache, say) never takes the whole listing down."""
+    try:
+        return inspect_checkpoint(path, name, source)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, ArithmeticError, RecursionError, OSError, MemoryError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else ""
+        return CheckpointInfo(name or Path(path).name, str(path), source, problem=f"cannot be read: {type(exc).__name__}: {reason}")
 
 
 def human_count(n: int) -> str:

@@ -90,6 +90,13 @@ class DenoiserLike(Protocol):
     def new_cache(self, batch: int, length: int) -> KVCache: ...
 
 
+def check_finite(logits: torch.Tensor) -> None:
+    """ModelError when a pass's logits hold NaN or infinity: the model is broken, not the input."""
+    if not bool(torch.isfinite(logits).all()):
+        raise ModelError("the model's first step gave logits that are not finite (NaN or infinity): its weights or "
+                         "config.json are broken; nothing was written")
+
+
 class Denoiser:
     """`logits(ids) -> [B, T, V]` over a canvas, with the family's conventions applied."""
 
@@ -101,6 +108,7 @@ class Denoiser:
         self._static_caches = False  # set by compile: see new_cache
         self._kept_cache: KVCache | None = None
         self._scores = model.scores  # a step's pass and projection; compile() swaps in the compiled one
+        self._check_finite = True  # the next pass is checked (first after loading, first of each cached run)
 
     @property
     def device(self) -> torch.device:
@@ -141,11 +149,19 @@ class Denoiser:
         want = torch.arange(T, device=x.device) if want is None else want
         source = (want - 1).clamp_min(0) if self.spec.shift_logits else want  # [W] rows that predict `want`
         if run is None:
-            return self._scores(x, None, cache, source, attend)  # [B, W, V]
+            return self._finite(self._scores(x, None, cache, source, attend))  # [B, W, V]
         if cache is None:
             raise ValueError("a partial run needs a cache holding the rest of the canvas")
         rows = torch.searchsorted(run, source)  # no host read: the caller sized `run`
-        return self._scores(x[:, run], run, cache, rows, attend)  # [B, W, V]
+        return self._finite(self._scores(x[:, run], run, cache, rows, attend))  # [B, W, V]
+
+    def _finite(self, logits: torch.Tensor) -> torch.Tensor:
+        """A run's first pass is checked once (one host read): NaN or infinite logits (all-NaN weights,
+        a broken config) stop the run with one line instead of filling the span with token 0."""
+        if self._check_finite:
+            self._check_finite = False
+            check_finite(logits)
+        return logits
 
     def source_positions(self, want: list[int]) -> list[int]:
         """The canvas rows whose hidden states score positions `want` (see `logits`)."""
@@ -161,6 +177,7 @@ class Denoiser:
         of that shape recorded. Reuse needs no clearing: every run's first pass writes the
         whole canvas; and one run uses a model at a time (the editor holds a lock).
         """
+        self._check_finite = True  # a new run: its first pass is checked
         if not self._static_caches:
             return self.model.new_cache(batch, length)
         kept = self._kept_cache

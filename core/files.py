@@ -16,6 +16,7 @@ import logging
 import os
 import stat
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,10 @@ class TextFile:
     mtime_ns: int = 0  # when read, to notice a change on disk before saving over it
     size: int = 0  # bytes on disk when read
     digest: str = ""  # SHA-256 of the bytes read ("" for stdin): the decisive change check
+    # Which file was read (0: unknown): a path that now names another file (a symlink put in its
+    # place, a copy renamed over it) is a change even with the same bytes: a save would write there.
+    device: int = 0
+    inode: int = 0
 
     def encode(self, text: str | None = None) -> bytes:
         return encode_text(self.text if text is None else text, self.bom)
@@ -96,7 +101,7 @@ def read_text_file(path: str | Path) -> TextFile:
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
     text, bom = decode_bytes(data, str(path))
-    return TextFile(path, text, bom, info.st_mtime_ns, len(data), hashlib.sha256(data).hexdigest())
+    return TextFile(path, text, bom, info.st_mtime_ns, len(data), hashlib.sha256(data).hexdigest(), info.st_dev, info.st_ino)
 
 
 def _check_regular(path: Path, info: os.stat_result) -> None:
@@ -129,6 +134,9 @@ def disk_change(original: TextFile, quick: bool = False) -> str | None:
         return f"it cannot be checked ({exc.strerror or exc})"
     if not stat.S_ISREG(info.st_mode):
         return "it is no longer a regular file"
+    if original.inode and (info.st_dev, info.st_ino) != (original.device, original.inode):
+        what = "a symbolic link to another file" if Path(original.path).is_symlink() else "another file"
+        return f"it was replaced by {what}"
     if info.st_size != original.size:
         return f"its size changed ({original.size} -> {info.st_size} bytes)"
     if quick:
@@ -185,13 +193,16 @@ def atomic_write(
     *,
     new_file_mode: int | None = None,
     before_commit: Callable[[], None] | None = None,
+    while_waiting: Callable[[], None] | None = None,
 ) -> Path:
     """Replace `path` with `data` atomically, keeping the file's permission bits and owner.
 
     A symlink is written through (its target is replaced, the link kept). `new_file_mode`
     is the mode of a file that does not exist yet (default 0o666 minus the umask).
     `before_commit` runs after the data is on disk in the temp file and just before the
-    rename: if it raises, the temp file is removed and `path` is untouched. Returns the
+    rename: if it raises, the temp file is removed and `path` is untouched. `while_waiting`
+    runs every few milliseconds while another save holds the lock (raising ends the wait the
+    same way). Returns the
     path actually written. Errors are InputError, with `path` untouched.
     """
     target = write_target(path)
@@ -219,7 +230,7 @@ def atomic_write(
             os.fchmod(handle.fileno(), mode)
         # Check and replace under one lock, so two sharpen processes (or editors) saving the same
         # file cannot both pass the check and the second rename silently drop the first's edit.
-        with directory_lock(directory):
+        with directory_lock(directory, while_waiting):
             if before_commit is not None:
                 before_commit()
             _still_writable(path, target)
@@ -260,13 +271,20 @@ def _utf8(data: bytes) -> bool:
         return False
 
 
+LOCK_WAIT_SECONDS = 30.0  # a save holds the lock for milliseconds; longer means a stuck or hostile holder
+_LOCK_POLL_SECONDS = 0.02
+
+
 @contextmanager
-def directory_lock(directory: Path):
+def directory_lock(directory: Path, while_waiting: Callable[[], None] | None = None):
     """An exclusive advisory lock (flock) on `directory`, held by one sharpen save at a time.
 
     It orders sharpen processes among themselves: another program that ignores it can still
     write the file between the check and the rename (docs/safety.md says so). No lock file is
-    created: the directory itself is locked.
+    created: the directory itself is locked. The wait is polled, never a blocking flock: a
+    blocked flock cannot be ended by a stop signal whose handler only records it, so
+    `while_waiting` runs between tries (it raises to give up), and after LOCK_WAIT_SECONDS
+    the save is refused (InputError) instead of hanging.
     """
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -274,7 +292,18 @@ def directory_lock(directory: Path):
         yield  # cannot open the directory for locking: the save goes on without the lock
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if while_waiting is not None:
+                    while_waiting()
+                if time.monotonic() > deadline:
+                    raise InputError(f"{directory}: another process has held the save lock for over "
+                                     f"{LOCK_WAIT_SECONDS:.0f} s; nothing was written") from None
+                time.sleep(_LOCK_POLL_SECONDS)
         yield
     finally:
         os.close(fd)  # closing releases the lock
@@ -295,6 +324,8 @@ def save_text_file(original: TextFile, text: str, *, check_disk: bool = True, be
 
     With `check_disk`, a file changed on disk since `original` was read is refused
     (InputError) right before the rename. The returned TextFile is the base for the next save.
+    `before_commit` also runs while the save waits for another save's lock, so a stop signal
+    it checks for ends the wait too.
     """
     if original.path is None:
         raise InputError("cannot save text read from stdin")
@@ -306,13 +337,13 @@ def save_text_file(original: TextFile, text: str, *, check_disk: bool = True, be
         if check_disk:
             ensure_unchanged(original)
 
-    target = atomic_write(original.path, data, before_commit=commit)
+    target = atomic_write(original.path, data, before_commit=commit, while_waiting=before_commit)
     try:
         info = os.stat(target)
-        mtime_ns = info.st_mtime_ns
+        mtime_ns, device, inode = info.st_mtime_ns, info.st_dev, info.st_ino
     except OSError:
-        mtime_ns = 0
-    return TextFile(original.path, text, original.bom, mtime_ns, len(data), hashlib.sha256(data).hexdigest())
+        mtime_ns = device = inode = 0
+    return TextFile(original.path, text, original.bom, mtime_ns, len(data), hashlib.sha256(data).hexdigest(), device, inode)
 
 
 def _keep_owner(fd: int, info: os.stat_result) -> None:

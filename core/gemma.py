@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .denoiser import ModelSpec
+from .denoiser import ModelSpec, check_finite
 from .errors import ModelError
 from .families.hf import read_generation_config, read_tokenizer_config
 from .tokenizer import Tokenizer
@@ -129,6 +129,7 @@ class GemmaDenoiser:
         self.canvas_length = model.config.canvas_length
         self.bos_id = model.config.text_config.bos_token_id
         self.passes = 0  # decoder passes so far (one per step: measured in tests and bench/)
+        self._check_finite = True  # the first decoder pass after each encode is checked
 
     @property
     def device(self) -> torch.device:
@@ -166,6 +167,7 @@ class GemmaDenoiser:
             config=self.model.config, inputs_embeds=torch.empty((B, canvas_length, 1), device=device),
             cache=cache, decoder_attention_mask=decoder_attention)
         canvas_positions = torch.arange(L, L + canvas_length, dtype=torch.int32, device=device).unsqueeze(0)
+        self._check_finite = True  # a new run
         return Context(cache, decoder_mask, canvas_positions)
 
     @torch.no_grad()
@@ -175,6 +177,9 @@ class GemmaDenoiser:
         out = self.model(decoder_input_ids=canvas, self_conditioning_logits=self_conditioning,
                          decoder_attention_mask=context.decoder_mask, cache=context.cache,
                          decoder_position_ids=context.positions)
+        if self._check_finite:  # one host read per run: NaN logits would otherwise fail inside torch.multinomial
+            self._check_finite = False
+            check_finite(out.logits)
         return out.logits
 
 

@@ -155,6 +155,8 @@ def load_denoiser(
     config = read_config(path)
     family, cfg = model_config(path, config)
     tokenizer = Tokenizer.from_directory(path)
+    if tokenizer.vocab_size > cfg.vocab_size:  # its top ids would index past the embedding (IndexError mid-run)
+        raise ModelError(f"the tokenizer of {path} has {tokenizer.vocab_size} tokens, more than the model's {cfg.vocab_size}-row embedding")
     # special_ids also sees tokenizer_config.json: special-token names and the chat template live there.
     seen = {**config, TOKENIZER_CONFIG_KEY: read_tokenizer_config(path), GENERATION_CONFIG_KEY: read_generation_config(path)}
     ids = family.special_ids(seen, tokenizer)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
 
+from . import untrusted
 from .errors import ModelError
 from .jsonfile import read_json_object
 
@@ -30,12 +31,14 @@ class Tokenizer:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "Tokenizer":
+        if not Path(path).exists():
+            raise ModelError(f"tokenizer file not found: {path}")
+        # Read here, checked as untrusted input (regular, bounded: core/untrusted.py), then parsed.
+        text = untrusted.read_text(Path(path), untrusted.TOKENIZER_BYTES)
         try:
-            return cls(_HFTokenizer.from_file(str(path)))
-        except FileNotFoundError:
-            raise ModelError(f"tokenizer file not found: {path}") from None
+            return cls(_HFTokenizer.from_str(text))
         except Exception as exc:  # tokenizers raises bare Exceptions for malformed JSON
-            raise ModelError(f"cannot read tokenizer {path}: {exc}") from None
+            raise ModelError(f"cannot read tokenizer {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
 
     @classmethod
     def from_directory(cls, path: str | Path) -> "Tokenizer":
@@ -119,6 +122,8 @@ def byte_level_bpe_from_files(path: Path) -> _HFTokenizer:
     if cls_name not in QWEN2_CLASSES:
         raise ModelError(f"{path}: tokenizer class {cls_name} ships no tokenizer.json, and sharpen builds only "
                          f"Qwen2-style tokenizers ({', '.join(QWEN2_CLASSES)}) from vocab.json + merges.txt")
+    for name in ("vocab.json", "merges.txt"):  # the library opens them: checked first (core/untrusted.py)
+        untrusted.checked_path(path / name, untrusted.TOKENIZER_BYTES)
     try:
         hf = _HFTokenizer(models.BPE.from_file(str(path / "vocab.json"), str(path / "merges.txt")))
     except Exception as exc:  # tokenizers raises bare Exceptions for malformed files
@@ -145,7 +150,12 @@ def _added_tokens(path: Path, tok_cfg: dict) -> list:
     from tokenizers import AddedToken
 
     found: dict[int, tuple] = {}
-    for key, entry in (tok_cfg.get("added_tokens_decoder") or {}).items():
+    declared = tok_cfg.get("added_tokens_decoder") or {}
+    if not isinstance(declared, dict):
+        raise ModelError(f"{path}/tokenizer_config.json: added_tokens_decoder is not an object of id -> token")
+    for key, entry in declared.items():
+        if not (isinstance(key, str) and key.isascii() and key.isdigit()):
+            raise ModelError(f"{path}/tokenizer_config.json: added_tokens_decoder has the key {key[:40]!r}, not a token id")
         if isinstance(entry, dict) and isinstance(entry.get("content"), str):
             token = AddedToken(entry["content"], single_word=bool(entry.get("single_word")), lstrip=bool(entry.get("lstrip")),
                                rstrip=bool(entry.get("rstrip")), normalized=bool(entry.get("normalized", False)),

@@ -8,9 +8,10 @@ Ids are always looked up in the checkpoint's tokenizer: nothing here is a litera
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from ..errors import ModelError
+from .. import untrusted
 from ..jsonfile import read_json_object
 
 # loading.py passes tokenizer_config.json and generation_config.json to `special_ids` under these
@@ -26,18 +27,10 @@ def read_generation_config(path: Path) -> dict:
 
 def read_tokenizer_config(path: Path) -> dict:
     """tokenizer_config.json of a checkpoint ({} when absent), with chat_template.jinja folded in."""
-    out: dict = {}
-    file = path / "tokenizer_config.json"
-    if file.exists():
-        try:
-            loaded = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ModelError(f"cannot read {file}: {exc}") from None
-        if isinstance(loaded, dict):
-            out = loaded
+    out = read_json_object(path / "tokenizer_config.json")  # checked as untrusted input (core/untrusted.py)
     jinja = path / "chat_template.jinja"
     if not out.get("chat_template") and jinja.exists():
-        out["chat_template"] = jinja.read_text(encoding="utf-8")
+        out["chat_template"] = untrusted.read_text(jinja, untrusted.TEMPLATE_BYTES)
     return out
 
 

@@ -1,6 +1,7 @@
 """Our own family (the embedded default model): config names and weight names are the backbone's."""
 from __future__ import annotations
 
+from ..errors import ModelError
 from ..model import ModelConfig
 from ..tokenizer import EOS_TOKEN, MASK_TOKEN, PAD_TOKEN
 from .family import Family
@@ -21,7 +22,13 @@ _LAYER = {
 def _special_ids(config: dict, tokenizer) -> dict:
     def pick(key: str, token: str):
         value = config.get(key)
-        return value if value is not None else tokenizer.token_id(token)
+        if isinstance(value, list) and key == "eos_token_id":  # HF configs may list several end ids: the first is canonical
+            value = value[0] if value else None
+        if value is None:
+            return tokenizer.token_id(token)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ModelError(f"config.json: {key} is {value!r}, not a token id")
+        return value
 
     return {
         "mask_id": pick("mask_token_id", MASK_TOKEN),

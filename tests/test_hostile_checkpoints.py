@@ -1,0 +1,193 @@
+"""Round three, checkpoints that lie (issue 29: F4, F5, F6, F7, F10, F15, F16, F17, F21).
+
+Every broken checkpoint ends in exit 4 with one `sharpen: ` line, in bounded time, with the
+user's file untouched; `sharpen models` and `doctor` list it as not usable, with why. The
+checkpoints are the tiny ones of tests/checkpoints.py and tests/gemma_checkpoint.py, each
+broken one way. Promises: docs/safety.md, "Checkpoints are untrusted input".
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from sharpen.core import untrusted
+from sharpen.core.errors import ModelError
+
+ORIGINAL = b"def f(x):\n    return x + 1\n"
+
+
+@pytest.fixture
+def cli(tmp_path, capfd):
+    """main() in this process on a fresh copy of ORIGINAL, bounded in time (a FIFO must not hang the
+    suite): returns (exit code, the one stderr line) and checks the file and stdout are untouched."""
+    from sharpen.app.cli import main
+
+    path = tmp_path / "f.py"
+    path.write_bytes(ORIGINAL)
+
+    def run(model, *more, expect_untouched=True):
+        capfd.readouterr()
+        result = []
+        worker = threading.Thread(target=lambda: result.append(main([str(path), "--apply-edit", "2:12-2:17", "--in-place",
+                                                                      "--steps", "2", "--model", str(model), *more])), daemon=True)
+        worker.start()
+        worker.join(120)
+        assert not worker.is_alive(), "sharpen hung"
+        out, err = capfd.readouterr()
+        if expect_untouched:
+            assert out == "" and path.read_bytes() == ORIGINAL
+        lines = err.splitlines()
+        assert len(lines) <= 1 and all(line.startswith("sharpen: ") for line in lines), lines
+        return result[0], (lines[0] if lines else "")
+
+    run.path = path
+    return run
+
+
+def copy(source: Path, tmp_path: Path, name: str = "model") -> Path:
+    model = tmp_path / name
+    shutil.copytree(source, model, symlinks=True)
+    return model
+
+
+def edit_json(file: Path, change) -> None:
+    data = json.loads(file.read_text())
+    change(data)
+    file.write_text(json.dumps(data))
+
+
+def fifo(file: Path) -> None:
+    file.unlink(missing_ok=True)
+    os.mkfifo(file)
+
+
+def to_dev_zero(file: Path) -> None:
+    file.unlink(missing_ok=True)
+    file.symlink_to("/dev/zero")
+
+
+def sharded(tiny_model_dir: Path, tmp_path: Path, shard_name: str) -> Path:
+    """The tiny checkpoint with a shard index naming `shard_name` for every tensor."""
+    from safetensors import safe_open
+
+    model = copy(tiny_model_dir, tmp_path)
+    with safe_open(str(model / "model.safetensors"), "pt") as handle:
+        names = list(handle.keys())
+    (model / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {n: shard_name for n in names}}))
+    return model
+
+
+# -- F4: numbers that are not finite or out of range; F15/F16: ids of the wrong type ------------------
+
+
+NATIVE_CONFIGS = [
+    ("rope-theta-nan", lambda text: text.replace('"rope_theta": 10000.0', '"rope_theta": NaN'), "NaN is not a number JSON allows"),
+    ("rope-theta-overflow", lambda text: text.replace('"rope_theta": 10000.0', '"rope_theta": 1e400'), "out of range"),
+    ("norm-eps-negative", lambda text: text.replace('"norm_eps": 1e-05', '"norm_eps": -1.0'), "norm_eps=-1.0 must be a number between 0 and 1"),
+    ("rope-theta-zero", lambda text: text.replace('"rope_theta": 10000.0', '"rope_theta": 0'), "rope_theta=0 must be a positive number"),
+    ("nested-5000", lambda text: text.replace('"name"', '"deep": ' + "[" * 5000 + "]" * 5000 + ', "name"'), "nested too deeply"),
+    ("mask-id-string", lambda text: text.replace('"name"', '"mask_token_id": "0", "name"'), "mask_token_id is '0', not a token id"),
+]
+
+
+@pytest.mark.parametrize("how, change, message", NATIVE_CONFIGS, ids=[c[0] for c in NATIVE_CONFIGS])
+def test_config_numbers_must_be_finite_and_in_range(cli, tiny_model_dir, tmp_path, how, change, message):
+    model = copy(tiny_model_dir, tmp_path)
+    config = model / "config.json"
+    before = config.read_text()
+    config.write_text(change(before))
+    assert config.read_text() != before
+    code, line = cli(model)
+    assert code == 4 and message in line, line
+
+
+def test_an_eos_list_as_hf_configs_write_it_loads(cli, tiny_model_dir, tmp_path):
+    model = copy(tiny_model_dir, tmp_path)
+    edit_json(model / "config.json", lambda c: c.update(eos_token_id=[2, 1]))
+    code, line = cli(model, expect_untouched=False)
+    assert code == 0 and line == "" and cli.path.read_bytes().startswith(b"def f(x):\n    return ")
+
+
+def test_all_nan_weights_stop_at_the_first_step(cli, tiny_model_dir, tmp_path):
+    """Weights a header cannot give away: the first non-finite step stops the run (exit 4), nothing written."""
+    from safetensors.torch import load_file, save_file
+
+    model = copy(tiny_model_dir, tmp_path)
+    state = load_file(str(model / "model.safetensors"))
+    save_file({k: v.fill_(float("nan")) for k, v in state.items()}, str(model / "model.safetensors"))
+    code, line = cli(model)
+    assert code == 4 and "not finite" in line, line
+
+
+def test_a_header_that_lies_about_the_dtype_is_refused(cli, tiny_model_dir, tmp_path):
+    """F32 bytes declared I32: same size, so only the dtype gives it away."""
+    model = copy(tiny_model_dir, tmp_path)
+    weights = model / "model.safetensors"
+    data = weights.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    header = data[8:8 + length].replace(b'"F32"', b'"I32"')
+    weights.write_bytes(data[:8] + header + data[8 + length:])
+    code, line = cli(model)
+    assert code == 4 and "I32" in line, line
+
+
+def test_tokenizer_ids_past_the_embedding_are_refused_at_load(cli, tiny_model_dir, tmp_path):
+    model = copy(tiny_model_dir, tmp_path)
+    extra = {"id": 400, "content": "zzzq", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": False}
+    edit_json(model / "tokenizer.json", lambda t: t["added_tokens"].append(extra))
+    code, line = cli(model)
+    assert code == 4 and "more than the model's 375-row embedding" in line, line
+
+
+# -- F17: shard names outside the checkpoint; F15: index values that are not names ------------------
+
+
+@pytest.mark.parametrize("name", ["../elsewhere/model.safetensors", "/dev/zero", "../../../../etc/hostname", "/dev/urandom"])
+def test_index_names_outside_the_checkpoint_are_refused(cli, tiny_model_dir, tmp_path, name):
+    model = sharded(tiny_model_dir, tmp_path, name)
+    if name.startswith("../elsewhere"):
+        (tmp_path / "elsewhere").mkdir()
+        shutil.copy(model / "model.safetensors", tmp_path / "elsewhere" / "model.safetensors")
+    code, line = cli(model)
+    assert code == 4 and "points outside the checkpoint directory" in line, line
+
+
+def test_index_values_that_are_not_names_are_one_line(cli, tiny_model_dir, tmp_path):
+    model = sharded(tiny_model_dir, tmp_path, "model.safetensors")
+    edit_json(model / "model.safetensors.index.json", lambda i: i["weight_map"].update({"embed.weight": 7}))
+    code, line = cli(model)
+    assert code == 4 and "weight_map" in line, line
+
+
+# -- F6/F7: FIFOs and /dev/zero anywhere in a checkpoint ---------------------------------------
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer.json", "model.safetensors", "tokenizer_config.json", "chat_template.jinja",
+                                  "generation_config.json", "model.safetensors.index.json"])
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_special_files_in_a_checkpoint_never_hang_nor_fill_memory(cli, tiny_model_dir, tmp_path, name, kind):
+    model = copy(tiny_model_dir, tmp_path)
+    (fifo if kind == "fifo" else to_dev_zero)(model / name)
+    code, line = cli(model)
+    assert code == 4 and ("is a FIFO, not a regular file" if kind == "fifo" else "is a device, not a regular file") in line, line
+
+
+def test_untrusted_reads_are_bounded_and_checked_on_the_descriptor(tmp_path):
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * 2048)
+    with pytest.raises(ModelError, match="too large"):
+        untrusted.read_bytes(big, 1024)
+    with pytest.raises(ModelError, match="points outside"):
+        untrusted.inside_name(tmp_path, "a/../../b")
+    assert untrusted.inside_name(tmp_path, "sub/model.safetensors") == tmp_path / "sub" / "model.safetensors"
+    assert untrusted.read_json(_write(tmp_path / "bom.json", b"\xef\xbb\xbf{\"a\": 1}")) == {"a": 1}
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
