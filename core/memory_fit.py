@@ -4,9 +4,9 @@
     verdict(need.total, room)                             # "fits" | "tight" | "does not fit"
 
 Sizes are computed from the backbone's ModelConfig (the same numbers the loader builds), so a
-local checkpoint and a known release are judged alike. Quantized sizes follow torchao's
-weight-only layouts (core/quantize.py): int8 keeps one scale per output row, int4 one scale
-and zero point per group of 128 weights; the embedding stays in bfloat16.
+local checkpoint and a known release are judged alike. Quantized sizes follow the weight-only
+layouts of core/quantize.py: int8 keeps one scale per output row, int4 one scale and zero
+point per group of 128 weights; the embedding stays in the load dtype (bfloat16 on a GPU).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .model import ModelConfig
 
 PRECISIONS = ("float32", "bfloat16", "int8", "int4")
 BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "int4": 0.5}
-INT4_GROUP = 128  # torchao's default group size for int4 weight-only
+INT4_GROUP = 128  # core/quantize.py's int4 group size
 SLOT_ALLOWANCE = 256  # canvas slots on top of the context: a long infill's worth
 TIGHT = 0.85  # above this share of free memory a load is "tight": activations and the allocator need the rest
 
@@ -105,13 +105,13 @@ def host_available() -> int:
 
 
 def fit_table(cfg: ModelConfig, machine: Machine, context_tokens: int = 1024) -> list[tuple[str, Footprint, str, str]]:
-    """Per precision: (precision, footprint, on the best GPU, on the CPU). bfloat16 is a GPU
-    precision (slow on CPUs) and int4 needs CUDA: those say so for the CPU column."""
+    """Per precision: (precision, footprint, on the best GPU, on the CPU). Every precision runs
+    on both (int4 through torch's CPU kernel, core/quantize.py)."""
     rows = []
     for precision in PRECISIONS:
         need = footprint(cfg, precision, context_tokens)
         gpu = verdict(need.total, machine.best_gpu_free) if machine.gpus else "no GPU"
-        cpu = "needs CUDA" if precision == "int4" else verdict(need.total, machine.ram_available)
+        cpu = verdict(need.total, machine.ram_available)
         rows.append((precision, need, gpu, cpu))
     return rows
 

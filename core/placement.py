@@ -41,13 +41,22 @@ class DevicePlan:
         where = self.device_map.get("embed", self.device_map.get(""))
         return torch.device(f"cuda:{where}") if isinstance(where, int) else torch.device("cpu")
 
-    def execution_device(self, module: str) -> torch.device:
-        """Where a module's computation runs: its GPU, or the main device when offloaded."""
+    def _where(self, module: str) -> int | str | None:
         name = module
         while name not in self.device_map and "." in name:
             name = name.rsplit(".", 1)[0]
-        where = self.device_map.get(name, self.device_map.get(""))
+        return self.device_map.get(name, self.device_map.get(""))
+
+    def execution_device(self, module: str) -> torch.device:
+        """Where a module's computation runs: its GPU, or the main device when offloaded."""
+        where = self._where(module)
         return torch.device(f"cuda:{where}") if isinstance(where, int) else self.main_device
+
+    def storage_device(self, module: str) -> torch.device:
+        """Where a module's weights are put at load: its GPU, else host memory ("disk" too:
+        accelerate writes those out from there when it dispatches)."""
+        where = self._where(module)
+        return torch.device(f"cuda:{where}") if isinstance(where, int) else torch.device("cpu")
 
     def describe(self) -> str:
         """One line per device: which modules, how many bytes; offloaded ones say so."""
@@ -128,47 +137,60 @@ def host_available_bytes() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def plan(cfg: ModelConfig, dtype: torch.dtype, max_memory: dict[int | str, int] | None = None) -> DevicePlan:
-    """accelerate's `device_map="auto"` for the backbone of `cfg` under `max_memory`."""
+def meta_backbone(cfg: ModelConfig, quantize: str | None = None, device: torch.device | None = None) -> Transformer:
+    """The backbone on the meta device, its linears quantized as the loader would quantize them
+    for `device`, so that accelerate sizes what will be loaded, not the float model."""
+    with on_meta_device():
+        model = Transformer(cfg)
+        if quantize is not None:
+            from .quantize import quantized_linear
+
+            kernel = "cuda" if device is not None and device.type == "cuda" else "cpu"
+            for name, linear in list(model.named_modules()):
+                if isinstance(linear, torch.nn.Linear):
+                    q = quantized_linear(quantize, linear, model.embed.weight.dtype, "meta", kernel)
+                    if q is not None:
+                        parent, _, leaf = name.rpartition(".")
+                        setattr(model.get_submodule(parent), leaf, q)
+    return model
+
+
+def plan(cfg: ModelConfig, dtype: torch.dtype, max_memory: dict[int | str, int] | None = None, quantize: str | None = None) -> DevicePlan:
+    """accelerate's `device_map="auto"` for the backbone of `cfg` under `max_memory`, sized as
+    loaded: at `dtype`, its linears quantized when `quantize` says so."""
     from accelerate import infer_auto_device_map
     from accelerate.utils import compute_module_sizes
 
-    with on_meta_device():
-        model = Transformer(cfg)
     max_memory = dict(max_memory) if max_memory is not None else available_memory()
+    gpu = torch.device("cuda") if any(isinstance(d, int) for d in max_memory) else None
+    model = meta_backbone(cfg, quantize, gpu)
     device_map = infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=NO_SPLIT, dtype=dtype)
     sizes = dict(compute_module_sizes(model, dtype=dtype))
     return DevicePlan(normalise(device_map, cfg), sizes)
 
 
-def fits_one_device(cfg: ModelConfig, dtype: torch.dtype, free_bytes: int, headroom: float = 1.2) -> bool:
+def fits_one_device(cfg: ModelConfig, dtype: torch.dtype, free_bytes: int, headroom: float = 1.2, quantize: str | None = None) -> bool:
     """Whether the weights (plus a share for activations and caches) fit in `free_bytes`."""
     from accelerate.utils import compute_module_sizes
 
-    with on_meta_device():
-        model = Transformer(cfg)
+    model = meta_backbone(cfg, quantize, torch.device("cuda"))
     return compute_module_sizes(model, dtype=dtype)[""] * headroom <= free_bytes
 
 
-def dispatch(model: Transformer, state: dict[str, torch.Tensor], device_map: dict[str, int | str], dtype: torch.dtype) -> Transformer:
-    """Assign `state` into the meta-built `model` and spread it over `device_map`'s devices."""
+def dispatch(model: Transformer, device_map: dict[str, int | str]) -> Transformer:
+    """Spread a loaded `model` (each module's tensors already on its storage device, see
+    DevicePlan.storage_device) over `device_map`'s devices with accelerate's hooks."""
     from accelerate import dispatch_model
 
     device_map = normalise(device_map, model.cfg)
     sizes: dict[str, int] = {}
-    placed = {}
-    for key, tensor in state.items():
+    for key, tensor in model.named_parameters():  # a tied head counted once
         module = _module_of(device_map, key)
-        where = device_map[module]
-        placed[key] = tensor.to(device=f"cuda:{where}" if isinstance(where, int) else "cpu", dtype=dtype)
-        sizes[module] = sizes.get(module, 0) + placed[key].nbytes
+        sizes[module] = sizes.get(module, 0) + tensor.nbytes
     plan_ = DevicePlan(dict(device_map), sizes)
     main = plan_.main_device
     main_arg = "cpu" if main.type == "cpu" else main  # accelerate compares with the string "cpu"
     cfg = model.cfg
-    model.load_state_dict(placed, strict=not cfg.tie_embeddings, assign=True)
-    if cfg.tie_embeddings:
-        model.output.weight = model.embed.weight
     offload_dir = tempfile.mkdtemp(prefix="sharpen-offload-") if "disk" in device_map.values() else None
     try:
         model = dispatch_model(model, device_map=dict(device_map), main_device=main_arg, offload_dir=offload_dir)
