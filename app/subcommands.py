@@ -139,7 +139,7 @@ def doctor(argv: list[str]) -> int:
             missing.append(f"python package {package} is not installed")
     from huggingface_hub import constants
 
-    from ..core.catalog import hf_cache_checkpoints, inspect_checkpoint
+    from ..core.catalog import hf_cache_checkpoints, safely_inspected
 
     cached = hf_cache_checkpoints()
     say(f"Hugging Face cache: {constants.HF_HUB_CACHE} ({len(cached)} models with a config.json)")
@@ -150,8 +150,8 @@ def doctor(argv: list[str]) -> int:
     ok = True
     try:
         path, repo_id = resolve_model_path(args.model)
-        info = inspect_checkpoint(path or embedded_model_path(), repo_id or (None if path else "embedded"),
-                                  "hf-cache" if repo_id else ("dir" if path else "embedded"))
+        info = safely_inspected(path or embedded_model_path(), repo_id or (None if path else "embedded"),
+                                "hf-cache" if repo_id else ("dir" if path else "embedded"))
     except ModelError as exc:
         info, ok = None, False
         say(f"model: {args.model}: {exc}")

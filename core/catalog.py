@@ -110,8 +110,10 @@ def inspect_checkpoint(path: Path, name: str | None = None, source: str = "dir")
     info = {**base, "params": params, "dtype": dtype, "size_bytes": size}
     if config.get("model_type") in TRANSFORMERS_FAMILIES:  # DiffusionGemma: transformers' own class, no mask token
         try:
+            from .gemma import check_config
             from .tokenizer import Tokenizer
 
+            check_config(path, config)  # the checks loading makes before transformers builds it
             Tokenizer.from_directory(path)
         except ModelError as exc:
             return CheckpointInfo(**info, family=config["model_type"], problem=str(exc))

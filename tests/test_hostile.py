@@ -221,3 +221,211 @@ def test_download_without_network_says_so_in_one_line(monkeypatch, capsys):
     assert main(["download", "GSAI-ML/LLaDA-8B-Instruct"]) == 4
     err = capsys.readouterr().err.splitlines()
     assert "about 14.9 GiB" in err[0] and err[1].startswith("sharpen: cannot reach the Hugging Face hub") and len(err) == 2
+
+
+# -- Round three (issue 29): files, locks, signals, options, the subcommands ----------------------------
+
+CONSOLE_SCRIPT = [sys.executable, "-c", "import sys; from sharpen.app.start import main; sys.exit(main())"]  # as .venv/bin/sharpen
+
+
+def test_a_file_replaced_by_a_symlink_during_the_run_is_not_written_through(tmp_path):
+    """F18: same bytes behind the link, so only the inode tells; the other file must stay as it was."""
+    path, other = tmp_path / "f.py", tmp_path / "other.py"
+    path.write_bytes(ORIGINAL)
+    other.write_bytes(ORIGINAL)
+    source = read_text_file(path)
+    path.unlink()
+    path.symlink_to(other)
+    with pytest.raises(InputError, match="replaced by a symbolic link to another file"):
+        save_text_file(source, "new\n")
+    assert other.read_bytes() == ORIGINAL and path.is_symlink() and no_temp_files(tmp_path)
+
+
+def test_a_save_keeps_the_inode_it_wrote_as_its_base(tmp_path):
+    path = tmp_path / "f.py"
+    path.write_bytes(ORIGINAL)
+    saved = save_text_file(read_text_file(path), "one\n")
+    assert (saved.device, saved.inode) == (path.stat().st_dev, path.stat().st_ino)
+    save_text_file(saved, "two\n")  # the file our own rename made is not "replaced"
+    assert path.read_text() == "two\n"
+
+
+def _hold_lock(directory: Path):
+    """Another process holding the directory's flock (as `flock DIR sleep 600` would)."""
+    code = f"import fcntl, os, sys, time; fd = os.open({str(directory)!r}, os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)"
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert holder.stdout.readline() == b"held\n"
+    return holder
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_ends_the_wait_for_another_process_lock(tmp_path, tiny_model_dir, sig):
+    """F8: --in-place waiting at the commit for a lock held elsewhere still honours Ctrl+C / SIGTERM."""
+    path = tmp_path / "f.py"
+    path.write_bytes(ORIGINAL)
+    holder = _hold_lock(tmp_path)
+    try:
+        proc = subprocess.Popen([*CONSOLE_SCRIPT, "f.py", "--apply-edit", "2:12-2:17", "--in-place", "--steps", "2", "--model", tiny_model_dir],
+                                cwd=tmp_path, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while not [p for p in tmp_path.iterdir() if p.name.endswith(TEMP_SUFFIX)] and time.monotonic() < deadline:
+            time.sleep(0.05)  # the temp file exists: the run is done and waits for the lock
+        time.sleep(0.3)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        holder.kill()
+    assert proc.returncode == 130 and err.decode() == "sharpen: interrupted; nothing was written\n"
+    assert path.read_bytes() == ORIGINAL and no_temp_files(tmp_path)
+
+
+def test_a_lock_held_too_long_is_refused_not_waited_on_forever(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "LOCK_WAIT_SECONDS", 0.3)
+    path = tmp_path / "f.py"
+    path.write_bytes(ORIGINAL)
+    holder = _hold_lock(tmp_path)
+    try:
+        with pytest.raises(InputError, match="held the save lock"):
+            save_text_file(read_text_file(path), "new\n")
+    finally:
+        holder.kill()
+    assert path.read_bytes() == ORIGINAL and no_temp_files(tmp_path)
+
+
+def test_stop_signals_early_in_start_up_are_one_line_and_130(tmp_path, tiny_model_dir):
+    """F13: from the console script's first instruction (app/start.py), a stop signal is never a
+    KeyboardInterrupt traceback, never a death by the signal, never exit 0 with the edit written."""
+    path = tmp_path / "f.py"
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        path.write_bytes(ORIGINAL)
+        proc = subprocess.Popen([*CONSOLE_SCRIPT, "f.py", "--apply-edit", "2:12-2:17", "--in-place", "--model", tiny_model_dir],
+                                cwd=tmp_path, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stdin.write(b"")  # the handlers are in place once start.py has run: wait for its import of cli
+        time.sleep(0.4)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert (proc.returncode, err.decode()) == (130, "sharpen: interrupted; nothing was written\n"), (sig, err)
+        assert path.read_bytes() == ORIGINAL
+
+
+def test_the_console_script_handles_stop_signals_before_importing_anything_else():
+    from sharpen.app import stop
+
+    code = ("import signal, sys; import sharpen.app.start; "
+            "print(all(signal.getsignal(s) is sharpen.app.stop.stop_at_once for s in sharpen.app.stop.STOP_SIGNALS))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout == "True\n"
+    assert signal.getsignal(signal.SIGINT) is not stop.stop_at_once  # importing the app installs nothing
+
+
+def test_a_burst_of_ctrl_c_during_a_run_ends_in_130_without_a_traceback(tmp_path, tiny_model_dir):
+    """F14: the second and later signals land while the first unwinds, in atexit or in teardown."""
+    path = tmp_path / "f.py"
+    path.write_bytes(ORIGINAL * 200)
+    proc = subprocess.Popen([*CONSOLE_SCRIPT, "f.py", "--apply-edit", "1:1-1:1", "--max-tokens", "256", "--block-size", "0", "--in-place",
+                             "--model", tiny_model_dir], cwd=tmp_path, stderr=subprocess.PIPE)
+    time.sleep(6)  # loaded and denoising (the load is ~3 s here)
+    for _ in range(40):
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.01)
+    _, err = proc.communicate(timeout=60)
+    text = err.decode()
+    assert "Traceback" not in text and "Exception ignored" not in text, text
+    assert proc.returncode in (0, 130), (proc.returncode, text)
+    assert (path.read_bytes() == ORIGINAL * 200) == (proc.returncode == 130)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\xef\xbb\xbf[sampling]\nsteps = 3\n", None),  # F21: a BOM is accepted
+    (b"a = " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+    ("fifo", "is a FIFO, not a regular file"),
+    ("dev-zero", "is a device, not a regular file"),
+])
+def test_config_files_are_read_as_untrusted_input(tmp_path, content, message):
+    from sharpen.app.config import load_config
+    from sharpen.core.errors import UsageError
+
+    config = tmp_path / "config.toml"
+    if content == "fifo":
+        os.mkfifo(config)
+    elif content == "dev-zero":
+        config.symlink_to("/dev/zero")
+    else:
+        config.write_bytes(content)
+    if message is None:
+        assert load_config(config).sampling.steps == 3
+    else:
+        with pytest.raises(UsageError, match=message):
+            load_config(config)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "meta"], "--device must be auto, cpu, cuda, cuda:N or mps, not 'meta'"),
+    (["--max-memory", "cpu=" + "9" * 400 + "TiB"], "--max-memory has a memory size beyond any machine"),
+])
+def test_options_no_model_can_use_are_usage_errors_before_torch(tmp_path, args, message):
+    (tmp_path / "f.py").write_bytes(ORIGINAL)
+    code = ("import sys; from sharpen.app.cli import main; code = main(sys.argv[1:]); "
+            "sys.exit(90 if 'torch' in sys.modules else code)")
+    proc = subprocess.run([sys.executable, "-c", code, "f.py", "--apply-edit", "1", *args], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"sharpen: {message}") and proc.stderr.count("\n") == 1
+
+
+def _zoo(tmp_path, tiny_model_dir) -> Path:
+    """A folder of checkpoints: one good, the others broken in ways that used to be tracebacks."""
+    import shutil
+
+    zoo = tmp_path / "zoo"
+    for name in ("good", "fifo-config", "bad-header", "config-list"):
+        shutil.copytree(tiny_model_dir, zoo / name)
+    (zoo / "fifo-config" / "config.json").unlink()
+    os.mkfifo(zoo / "fifo-config" / "config.json")
+    weights = zoo / "bad-header" / "model.safetensors"
+    data = weights.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = data[8:8 + n].replace(b'"shape":[', b'"shape":["x",', 1)
+    weights.write_bytes(len(header).to_bytes(8, "little") + header + data[8 + n:])
+    (zoo / "config-list" / "config.json").write_text("[1, 2]")
+    return zoo
+
+
+def test_models_lists_broken_checkpoints_as_not_usable_with_why(tmp_path, tiny_model_dir, capsys):
+    """F10: one broken checkpoint (here or in the HF cache) never takes the listing down."""
+    from sharpen.app.cli import main
+
+    zoo = _zoo(tmp_path, tiny_model_dir)
+    assert main(["models", "--all", str(zoo)]) == 0
+    out = capsys.readouterr().out
+    broken = out.split("not usable:\n")[1]
+    assert "fifo-config/config.json is a FIFO" in broken and "bad-header: corrupt weights file" in broken
+    assert "config-list: " in broken and "is not a JSON object" in broken and "good" not in broken
+    assert main(["models", "--json", str(zoo)]) == 0
+    listed = {Path(c["path"]).name: c["usable"] for c in json.loads(capsys.readouterr().out) if c["source"] == "dir"}
+    assert listed == {"good": True, "fifo-config": False, "bad-header": False, "config-list": False}
+
+
+def test_models_survives_a_broken_checkpoint_in_the_hf_cache(tmp_path, tiny_model_dir):
+    import shutil
+
+    from sharpen.core.catalog import find_checkpoints
+
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--someone--broken" / "snapshots" / ("a" * 40)
+    shutil.copytree(tiny_model_dir, snapshot)
+    (cache / "models--someone--broken" / "refs").mkdir()
+    (cache / "models--someone--broken" / "refs" / "main").write_text("a" * 40)
+    (snapshot / "tokenizer.json").unlink()
+    (snapshot / "tokenizer.json").symlink_to("/dev/zero")
+    found = [c for c in find_checkpoints([], cache_dir=cache, embedded=False)]
+    assert [(c.name, c.usable) for c in found] == [("someone/broken", False)] and "is a device" in found[0].problem
+
+
+def test_doctor_names_a_broken_model_in_one_report(tmp_path, tiny_model_dir, capsys):
+    from sharpen.app.cli import main
+
+    zoo = _zoo(tmp_path, tiny_model_dir)
+    assert main(["doctor", "--model", str(zoo / "bad-header")]) == 4
+    out = capsys.readouterr().out
+    assert "cannot load: corrupt weights file model.safetensors" in out and "Traceback" not in out
