@@ -53,3 +53,16 @@ def test_shipped_and_user_themes_load(tmp_path):
     assert "string" in themes["mine"].syntax.syntax_styles  # derived from the palette when [syntax] is missing
     with pytest.raises(UsageError, match="colors.primary"):
         parse_theme('[colors]\nprimary = "not a colour"\n', Path("bad.toml"))
+
+
+def test_every_builtin_textual_theme_gets_code_colours():
+    """Textual's ANSI themes name colours `ansi_cyan` / `ansi_default`: rich reads them without the prefix."""
+    from textual.theme import BUILTIN_THEMES
+
+    from sharpen.app.tui.themes import syntax_theme_for
+
+    for name, theme in BUILTIN_THEMES.items():
+        styles = syntax_theme_for(theme, {}).syntax_styles
+        assert styles["keyword"] is not None, name
+    ansi = syntax_theme_for(BUILTIN_THEMES["ansi-dark"], {}).syntax_styles
+    assert ansi["keyword"].color.name == "cyan" and ansi["comment"].color.name == "bright_black"

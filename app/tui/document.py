@@ -50,6 +50,8 @@ class StrictDocument(Document):
         self._text: str | None = None
         self._cell_widths: tuple[int, list[int]] | None = None  # (tab width, cell width per line)
         self._widest: int | None = None  # max of those widths; None: measure again
+        # Counts edits, so a wrapped view can tell whether its tables still describe these lines.
+        self.revision = 0
 
     @property
     def text(self) -> str:
@@ -84,6 +86,7 @@ class StrictDocument(Document):
         insert_lines[-1] = insert_lines[-1] + after_selection
         lines[top_row:bottom_row + 1] = insert_lines
         self._text = None
+        self.revision += 1
         if self._cell_widths is not None:  # only the rows the edit touched are measured again
             tab_width, widths = self._cell_widths
             removed = max(widths[top_row:bottom_row + 1], default=0)
@@ -183,15 +186,22 @@ class MeasuredWrappedDocument(WrappedDocument):
     time it is read: TextArea reads it once per rendered line, which made every repaint of a
     50,000-line file cost seconds (docs/textual-upstream.md). Recomputed once per (re)wrap.
 
-    A wrap at the width and tab width it already has is skipped: TextArea asks for one at every
-    layout pass (16 times while a file opens), each a pass over every line's tabs; edits keep
-    the wrapping current through wrap_range. With soft wrap off (the editor's default) rows are
-    lines: the per-line tables are RowTables and an edit updates only the tab widths of the
-    lines it touched.
+    A wrap at the width and tab width it already has is skipped while no edit has happened since
+    the tables were last brought up to date: TextArea asks for one at every layout pass (16 times
+    while a file opens), each a pass over every line's tabs. Most edits keep the tables current
+    through wrap_range, but an edit that widens or narrows the gutter (9 -> 10 lines) calls
+    wrap() instead, at an unchanged width: skipping that one left the tables a line short and
+    crashed the editor. So the skip also compares the document's edit count. With soft wrap off
+    (the editor's default) rows are lines: the per-line tables are RowTables and an edit updates
+    only the tab widths of the lines it touched.
     """
 
     _height: int | None = None
-    _wrapped_for: tuple[int, int | None] | None = None
+    _wrapped_for: tuple[int, int | None, int] | None = None  # (width, tab width, document revision)
+    # Set before an undo or redo of several edits: Textual re-wraps such a batch over one range
+    # (the smallest top, the largest bottoms) that the edits' line shifts can put off by a
+    # line, which left the tables a line short. The next wrap_range re-wraps everything instead.
+    rewrap_whole: bool = False
 
     @property
     def height(self) -> int:
@@ -202,14 +212,15 @@ class MeasuredWrappedDocument(WrappedDocument):
         return self._height
 
     def wrap(self, width: int, tab_width: int | None = None) -> None:
-        if self._wrapped_for == (width, tab_width):
+        if self._wrapped_for == (width, tab_width, self.document.revision):
             return
+        self.rewrap_whole = False
         self._height = None
         if width == 0:
             self._unwrapped(tab_width)
         else:
             super().wrap(width, tab_width)
-        self._wrapped_for = (width, tab_width)
+        self._wrapped_for = (width, tab_width, self.document.revision)
         self._height = None
 
     def _tab_widths(self, line: str):
@@ -235,6 +246,10 @@ class MeasuredWrappedDocument(WrappedDocument):
 
     def wrap_range(self, start: Location, old_end: Location, new_end: Location) -> None:
         self._height = None
+        if self.rewrap_whole:
+            return self.wrap(self._width, self._tab_width)
+        if self._wrapped_for is not None:  # the tables follow this edit: a same-width wrap may skip again
+            self._wrapped_for = (*self._wrapped_for[:2], self.document.revision)
         if self._width != 0:
             return super().wrap_range(start, old_end, new_end)
         # The rows WrappedDocument.wrap_range recomputes, clamped as it clamps them.

@@ -31,6 +31,11 @@ def indent_type_of(text: str) -> str:
     return "tabs" if tabs > sum(line.startswith(" ") for line in lines) else "spaces"
 
 
+def pasted_text(text: str) -> str:
+    """A paste with its CRLF and CR line breaks as LF, the break every document splits at."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def _is_command_key(key: str) -> bool:
     return key.startswith(("alt+", "ctrl+", "super+"))
 
@@ -205,6 +210,18 @@ class EditorArea(TextArea):
                 event.stop()
                 self._replace_via_keyboard(event.character, (row, back_to), (row, column))
 
+    async def _on_paste(self, event) -> None:
+        # Terminals send a pasted line break as CR (tmux paste-buffer -p, most bracketed pastes)
+        # or CRLF: in an LF file a CR is text, so without this a pasted block became one line
+        # and was saved with lone CRs. Every break of a paste is the document's line break.
+        if self.read_only:
+            return
+        text = pasted_text(event.text)
+        if result := self._replace_via_keyboard(text, *self.selection):
+            self.move_cursor(result.end_location)
+            self.focus()
+        event.prevent_default()
+
     def _enter_with_indent(self) -> None:
         top, bottom = sorted(self.selection)
         row, column = top
@@ -257,6 +274,18 @@ class EditorArea(TextArea):
 
     # -- edits --------------------------------------------------------------------------
 
+    def _recompute_cursor_offset(self) -> None:
+        # Textual's undo and redo refresh the size (and with it the scrollbars, whose watcher
+        # scrolls to the cursor) before they move the cursor back: an undo that removed the
+        # cursor's line while a scrollbar came or went asked for a line past the end and crashed.
+        # The offset is computed for the cursor clamped into the document; the cursor itself
+        # is moved by the undo right after.
+        lines = self.document.lines
+        row, column = self.cursor_location
+        row = min(row, len(lines) - 1)
+        column = min(column, len(lines[row]))
+        self._cursor_offset = self.wrapped_document.location_to_offset((row, column))
+
     def edit(self, edit: Edit):
         if self.before_change is not None:
             self.before_change()
@@ -282,6 +311,7 @@ class EditorArea(TextArea):
     # Undoing an edit puts [top, bottom) of the text before it back; redoing it replaces that range again.
     def _undo_batch(self, edits: Sequence[Edit]) -> None:
         if not self._tracking():
+            self.wrapped_document.rewrap_whole = len(edits) > 1
             return super()._undo_batch(edits)
         for edit in reversed(edits):
             self._replace_tracked(edit.top, edit._edit_result.end_location, lambda e=edit: super(EditorArea, self)._undo_batch([e]),
@@ -289,6 +319,7 @@ class EditorArea(TextArea):
 
     def _redo_batch(self, edits: Sequence[Edit]) -> None:
         if not self._tracking():
+            self.wrapped_document.rewrap_whole = len(edits) > 1
             return super()._redo_batch(edits)
         for edit in edits:
             self._replace_tracked(edit.top, edit.bottom, lambda e=edit: super(EditorArea, self)._redo_batch([e]),

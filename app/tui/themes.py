@@ -41,17 +41,30 @@ class LoadedTheme:
     source: Path
 
 
+def rich_color(value: str) -> str:
+    """A theme colour as rich's Style.parse reads it: Textual's ANSI themes name colours
+    `ansi_cyan`, `ansi_bright_white`, `ansi_default` (the terminal's own palette), which rich
+    calls `cyan`, `bright_white`, `default`."""
+    return value[len("ansi_"):] if value.startswith("ansi_") else value
+
+
 def derived_syntax(colors: dict[str, str], dark: bool) -> dict[str, str]:
     """Syntax colours from the palette, for theme files without a [syntax] table."""
-    fg = Color.parse(colors.get("foreground", "#e0e0e0" if dark else "#202020"))
-    bg = Color.parse(colors.get("background", "#000000" if dark else "#ffffff"))
-    muted = fg.blend(bg, 0.45).hex
+    fg_name = colors.get("foreground", "#e0e0e0" if dark else "#202020")
+    bg_name = colors.get("background", "#000000" if dark else "#ffffff")
+    if fg_name.startswith("ansi_") or bg_name.startswith("ansi_"):
+        # Terminal palette colours (an ANSI theme) cannot be blended: the palette's grey is the muted one.
+        fg, muted = rich_color(fg_name), "bright_black" if dark else "black"
+    else:
+        fg = Color.parse(fg_name).hex
+        muted = Color.parse(fg_name).blend(Color.parse(bg_name), 0.45).hex
+    colors = {name: rich_color(value) for name, value in colors.items()}
     pick = lambda name, fallback: colors.get(name, fallback)  # noqa: E731
     return {
-        "keyword": pick("secondary", fg.hex), "string": pick("success", fg.hex), "comment": f"italic {muted}",
-        "number": pick("warning", fg.hex), "function": pick("primary", fg.hex), "type": pick("accent", fg.hex),
-        "constant": pick("warning", fg.hex), "operator": fg.hex, "tag": pick("primary", fg.hex),
-        "heading": f"bold {pick('primary', fg.hex)}", "link": f"underline {pick('primary', fg.hex)}",
+        "keyword": pick("secondary", fg), "string": pick("success", fg), "comment": f"italic {muted}",
+        "number": pick("warning", fg), "function": pick("primary", fg), "type": pick("accent", fg),
+        "constant": pick("warning", fg), "operator": fg, "tag": pick("primary", fg),
+        "heading": f"bold {pick('primary', fg)}", "link": f"underline {pick('primary', fg)}",
     }
 
 
