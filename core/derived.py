@@ -41,6 +41,14 @@ class Derived:
         return math.prod(self.shape[1:-1]) if len(self.shape) > 1 else 1
 
 
+def stacked_experts(template: str, n_experts: int, hidden: int, dim: int) -> tuple[Derived, Derived]:
+    """One MoE layer's per-expert matrices as the backbone holds them: gate|up [E, 2F, dim] and
+    down [E, dim, F]. `template` names one expert's matrix with {j} and {part} (gate_proj, ...)."""
+    gate_up = tuple((template.format(j=j, part=p), 0, hidden) for j in range(n_experts) for p in ("gate_proj", "up_proj"))
+    down = tuple((template.format(j=j, part="down_proj"), 0, dim) for j in range(n_experts))
+    return Derived(gate_up, (n_experts, 2 * hidden, dim)), Derived(down, (n_experts, dim, hidden))
+
+
 def derived_shapes(shapes: dict[str, tuple[int, ...]], derived: dict[str, Derived]) -> dict[str, tuple[int, ...]]:
     """The checkpoint's table as the loader sees it: derived tensors in, the tensors they consume out.
 

@@ -179,23 +179,3 @@ class MoEFeedForward(nn.Module):
         out = run_experts(flat, chosen, weights, self.gate_up, self.down, grouped=grouped_kernel_takes(flat))
         out = out.view(B, S, D)
         return out if self.shared is None else out + self.shared(x)
-
-
-def stack_experts(tensors: dict[str, torch.Tensor], template: str, n_experts: int, out_key: str, parts: tuple[str, ...]) -> None:
-    """Replace one layer's per-expert matrices by one [E, out, in] tensor, in place in `tensors`.
-
-    `template` names one expert's matrix with `{j}` for the expert and `{part}` for the
-    projection (gate_proj, up_proj, ...); the parts are concatenated along `out` (gate | up).
-    The per-expert tensors are dropped as soon as they are copied, so loading holds at most
-    one layer's experts twice (1/L of the weights on top), not the whole model.
-    """
-    first = tensors[template.format(j=0, part=parts[0])]
-    out_rows = sum(tensors[template.format(j=0, part=p)].shape[0] for p in parts)
-    packed = torch.empty((n_experts, out_rows, first.shape[1]), dtype=first.dtype, device=first.device)  # [E, out, in]
-    for j in range(n_experts):
-        row = 0
-        for part in parts:
-            piece = tensors.pop(template.format(j=j, part=part))
-            packed[j, row:row + piece.shape[0]] = piece
-            row += piece.shape[0]
-    tensors[out_key] = packed

@@ -18,7 +18,7 @@ Special tokens come from the tokenizer: `<|mask|>` (156895 in the releases), `<|
 """
 from __future__ import annotations
 
-from ..derived import Derived
+from ..derived import Derived, stacked_experts
 from ..model import ModelConfig
 from ..moe import MoESpec
 from . import hf
@@ -131,12 +131,9 @@ def derived(cfg: ModelConfig) -> dict[str, Derived]:
         moe = cfg.moe
         if moe is None or not moe.is_moe_layer(i):
             continue
-        E, F = moe.n_experts, moe.expert_hidden
-        expert = _LAYER.format(i=i) + "mlp.experts.{j}.{part}.weight"
-        gate_up = tuple((expert.format(j=j, part=p), 0, F) for j in range(E) for p in ("gate_proj", "up_proj"))
-        down = tuple((expert.format(j=j, part="down_proj"), 0, dim) for j in range(E))
-        out[EXPERTS.format(i=i, part="gate_up_proj")] = Derived(gate_up, (E, 2 * F, dim))
-        out[EXPERTS.format(i=i, part="down_proj")] = Derived(down, (E, dim, F))
+        gate_up, down = stacked_experts(_LAYER.format(i=i) + "mlp.experts.{j}.{part}.weight", moe.n_experts, moe.expert_hidden, dim)
+        out[EXPERTS.format(i=i, part="gate_up_proj")] = gate_up
+        out[EXPERTS.format(i=i, part="down_proj")] = down
     return out
 
 
