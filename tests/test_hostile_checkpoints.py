@@ -191,3 +191,46 @@ def test_untrusted_reads_are_bounded_and_checked_on_the_descriptor(tmp_path):
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+# -- DiffusionGemma: F4 (rope_theta NaN), F5 (config against the headers), F16 (generation_config types),
+#    F21 (canvas_length <= 0), F6 (a FIFO among the files transformers opens itself) ---------------------
+
+
+@pytest.fixture(scope="module")
+def gemma_dir(tmp_path_factory):
+    from gemma_checkpoint import write_diffusion_gemma
+
+    return write_diffusion_gemma(tmp_path_factory.mktemp("gemma") / "model")
+
+
+def _text(key, value):
+    return lambda m: edit_json(m / "config.json", lambda c: c["text_config"].update({key: value}))
+
+
+GEMMA_CASES = [
+    ("rope-theta-nan", lambda m: (m / "config.json").write_text((m / "config.json").read_text().replace('"rope_theta": 10000.0', '"rope_theta": NaN')),
+     "NaN is not a number JSON allows"),
+    ("layers-3-for-2", lambda m: edit_json(m / "config.json", lambda c: c["text_config"].update(
+        num_hidden_layers=3, layer_types=["sliding_attention", "full_attention", "full_attention"])), "says 3 layers, but the weights hold 2"),
+    ("layers-types-disagree", _text("num_hidden_layers", 3), "num_hidden_layers is 3 but layer_types names 2 layers"),
+    ("hidden-size-huge", _text("hidden_size", 10**7), "text_config.hidden_size=10000000 must be a whole number from 1 to 65536"),
+    ("hidden-size-wrong", _text("hidden_size", 64), "says a 456 x 64 embedding, but the weights hold (456, 32)"),
+    ("layers-100000", _text("num_hidden_layers", 100_000), "num_hidden_layers=100000 must be a whole number from 1 to 1024"),
+    ("canvas-0", lambda m: edit_json(m / "config.json", lambda c: c.update(canvas_length=0)), "canvas_length=0 must be a whole number of at least 1"),
+    ("canvas-negative", lambda m: edit_json(m / "config.json", lambda c: c.update(canvas_length=-5)), "canvas_length=-5"),
+    ("steps-string", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(max_denoising_steps="48")), "max_steps is '48', not a whole number"),
+    ("steps-ten-million", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(max_denoising_steps=10**7)), "steps 1..4096"),
+    ("t-min-string", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(t_min="0.4")), "t_min is '0.4', not a number"),
+    ("eos-strings", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(eos_token_id=["<eos>"])), "not a whole number or a list of them"),
+    ("processor-fifo", lambda m: fifo(m / "processor_config.json"), "processor_config.json is a FIFO, not a regular file"),
+    ("shard-truncated", lambda m: (lambda f: f.write_bytes(f.read_bytes()[:-100]))(m / "model-00002-of-00002.safetensors"), "truncated weights file"),
+]
+
+
+@pytest.mark.parametrize("how, breaks, message", GEMMA_CASES, ids=[c[0] for c in GEMMA_CASES])
+def test_diffusion_gemma_is_checked_like_the_native_families(cli, gemma_dir, tmp_path, how, breaks, message):
+    model = copy(gemma_dir, tmp_path)
+    breaks(model)
+    code, line = cli(model)
+    assert code == 4 and message in line, line
