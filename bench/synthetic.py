@@ -115,15 +115,34 @@ def _gemma_layout(denoiser, prompt: list[int], length: int):
     return NoiseCanvas(tuple(prompt), (denoiser.spec.mask_id,) * length, (range(0, length),), source)
 
 
+def materialise(model, device: str, dtype: torch.dtype):
+    """A meta-built backbone allocated on `device` directly in `dtype` and initialised there
+    (torch's own init per layer, norms at one): the 8B shape takes its 16 GB of bfloat16 on
+    the GPU, never the 32 GB of a float32 model converted afterwards."""
+    from sharpen.core.model import RMSNorm
+
+    model = model.to(dtype).to_empty(device=device)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+                module.reset_parameters()
+            elif isinstance(module, RMSNorm):
+                module.weight.fill_(1.0)
+    if model.cfg.tie_embeddings:
+        model.output.weight = model.embed.weight  # to_empty gives each module its own tensor
+    return model
+
+
 def build(shape: str, device: str, dtype: torch.dtype):
     from sharpen.core.denoiser import Denoiser, ModelSpec
-    from sharpen.core.model import ModelConfig, Transformer
+    from sharpen.core.model import ModelConfig, Transformer, on_meta_device
     from sharpen.core.tokenizer import train_byte_bpe
 
     cfg = ModelConfig(**SHAPES[shape])
     torch.manual_seed(0)
-    with torch.device(device):
-        model = Transformer(cfg).to(dtype)
+    with on_meta_device():
+        model = Transformer(cfg)
+    model = materialise(model, device, dtype)
     with torch.no_grad():
         model.pack()  # the layout load_denoiser gives a checkpoint on one device
     spec = ModelSpec(family=shape, mask_id=cfg.vocab_size - 1, pad_id=None, eos_id=None, name=f"{shape} (random)")

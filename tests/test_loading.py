@@ -231,3 +231,26 @@ def test_bfloat16_model_runs_the_cached_path_like_float32(tiny_model_dir):
     for settings in (Sampling(), Sampling(cache="none", schedule="fixed")):
         result = apply_edit(half, text, [Span(19, 31)], settings)
         assert result.text.startswith("def add(a, b):\n    ") and result.steps >= 1
+
+
+def test_the_synthetic_bench_builds_its_model_in_the_target_dtype():
+    """bench/synthetic.py builds an 8B shape on the GPU: in bfloat16 from the start (16 GB),
+    never as a float32 model converted afterwards (32 GB). No float32 matrix is ever made."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import synthetic
+
+    made = []
+
+    class Allocations(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor) and t.device.type != "meta" and t.numel() >= 4096:
+                    made.append(t.dtype)
+            return out
+
+    with Allocations():
+        denoiser = synthetic.build("tiny", "cpu", torch.bfloat16)
+    assert made and set(made) == {torch.bfloat16}
+    assert denoiser.model.layers[0].attn.packed.qkv.dtype == torch.bfloat16
