@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from functools import partial
 
 from pathlib import Path
@@ -30,12 +31,14 @@ from ...core.spans import Span
 from . import file_actions, syntax_actions
 from .buffer_file import BufferFile
 from .editor_area import EditorArea
+from .ghost import Ghost, window_of
 from .messages import EditCancelled, EditFailed, EditFinished, EditProgress, RunStats
 from .model_runner import EditJob, run_job
-from .preview import EMPTY_GLYPH, FINAL, MASKED, Piece, compose, pieces_text
+from .preview import EMPTY_GLYPH, FINAL, MASKED, Piece, compose, location, pieces_text
 from .preview_view import PreviewView
 from .prompt_screen import PromptScreen
 from .session import Session
+from .status_bar import StatusBar, run_summary
 
 IDLE, RUNNING, PREVIEW = "idle", "running", "preview"
 _run_ids = itertools.count(1)
@@ -51,6 +54,8 @@ class Run:
     result: object = None  # core.engine.EditResult once done
     final_pieces: list[list[Piece]] | None = None
     choice: int = 0  # which alternative the preview shows
+    started: float = field(default_factory=time.perf_counter)  # its wall time runs from here
+    paced: bool = False  # steps held on screen (Editor.first_run_step_ms / min_step_ms)
 
     @property
     def alternatives(self) -> int:
@@ -136,10 +141,13 @@ class EditorPane(Container):
         self.editor = EditorArea(buffer, soft_wrap=soft_wrap)
         self.preview = PreviewView()
         self.edit_run: Run | None = None
+        self.ghost = Ghost(self)  # as-you-type completion (ghost.py)
+        self._overlay_row0 = 0  # the buffer line the preview layer's first line shows (show_overlay's rows)
         self._pending_frame: EditProgress | None = None
         self._frames_shown = 0  # of the current run: the first one loads the whole preview text
         self.notice = ""  # one line about the last run for the status bar
         self.disk_notice = ""  # the file changed on disk (RecoveryKeeper.watch_files)
+        self.selection_before_run = None  # where a run that selected for itself (Fill body) found the cursor
         # Expand selection's history: (selection before, selection after) per expansion.
         self.selection_stack: list[tuple[tuple[int, int], tuple[int, int]]] = []
 
@@ -153,13 +161,35 @@ class EditorPane(Container):
         self.editor.follows = lambda: bool(self.selection_stack)
         self.editor.before_typing = self._typing_over_preview
         self.preview.scroll_target = self.editor
+        self.preview.on_click = lambda: self.ghost.dismiss(pending=False)  # a run's preview ignores clicks; a ghost goes
         self.watch(self.editor, "scroll_y", self._follow_scroll, init=False)
         self.watch(self.editor, "scroll_x", self._follow_scroll, init=False)
+        self.show_ghost_switch()
+
+    # -- the ghost's triggers (ghost.py): an edit arms it, any other key or a move dismisses it --
+
+    def on_text_area_changed(self, event) -> None:
+        if event.text_area is self.editor:  # not stopped: the app follows it too
+            self.ghost.typed()
+
+    def on_text_area_selection_changed(self, event) -> None:
+        if event.text_area is self.editor:
+            self.ghost.dismiss(pending=False)  # an edit moves the cursor too: a pending ghost stays armed
+
+    def on_key(self, event) -> None:
+        # Keys the editor did not consume reach here before any binding runs (Tab and Esc, the
+        # ghost's own keys, are priority bindings and never do): they dismiss a ghost first.
+        self.ghost.dismiss(pending=False)
+
+    def show_ghost_switch(self) -> None:
+        for bar in self.app.query(StatusBar):
+            bar.ghost = self.ghost.enabled
 
     def on_unmount(self) -> None:
         # Thread workers cannot be killed, and Python waits for them at exit: stop the run
         # between two steps so quitting during a long run does not wait for its end.
         self._stop_run()
+        self.ghost.dismiss()
 
     def reload(self, buffer: BufferFile) -> None:
         """Show `buffer` (the file read again from disk) in place of the current, clean text."""
@@ -225,10 +255,14 @@ class EditorPane(Container):
         if span is None or not self._ready("fill_body"):
             return
         start, end = span
+        before = self.editor.selection
         self.selection_stack.clear()
         self.editor.select_offsets(start, end)  # shows what is masked once the preview closes
         budget = self.session.config.editing.infill_tokens if start == end else None
         self.start([Span(start, end, "infill", max_tokens=budget)])
+        # The body's selection is the command's, not the person's: a reject or cancel puts the
+        # cursor back where it was (inside the function, so a second Fill body finds it again).
+        self.selection_before_run = before
 
     def action_expand_selection(self) -> None:
         syntax_actions.expand_selection(self)
@@ -237,6 +271,8 @@ class EditorPane(Container):
         syntax_actions.shrink_selection(self)
 
     def action_accept(self) -> None:
+        if self.ghost.accept():
+            return
         if self.phase == IDLE:
             self.notify("nothing to accept", timeout=2)
         elif self.phase == RUNNING:
@@ -258,6 +294,8 @@ class EditorPane(Container):
             self.cancel()
         elif self.phase == PREVIEW:
             self.reject()
+        elif self.ghost.dismiss():
+            pass  # Esc over a ghost only dismisses it
         else:
             self.editor.move_cursor(self.editor.selection.end)  # idle: Esc just drops the selection
 
@@ -286,6 +324,11 @@ class EditorPane(Container):
     def action_goto_line(self) -> None:
         file_actions.goto_line(self)
 
+    def action_toggle_ghost(self) -> None:
+        on = self.ghost.toggle()
+        self.notify(f"ghost completion {'on' if on else 'off'}", timeout=2)
+        self.show_ghost_switch()
+
     def action_toggle_wrap(self) -> None:
         self.editor.soft_wrap = not self.editor.soft_wrap
 
@@ -298,7 +341,7 @@ class EditorPane(Container):
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         # Tab and the alternative keys belong to the preview; elsewhere they go to the editor.
         if action == "accept":
-            return self.phase != IDLE
+            return self.phase != IDLE or self.ghost.shown
         if action == "cycle":
             return self.phase == PREVIEW  # with one alternative, action_cycle says so
         return True
@@ -333,14 +376,26 @@ class EditorPane(Container):
         """Run `spans` (sorted offsets of the current buffer) on the model in a thread worker."""
         config, backend = self.session.config, self.session.backend
         self._stop_run()
-        self.edit_run = Run(next(_run_ids), self.editor.buffer_text, tuple(spans), threading.Event())
+        self.selection_before_run = None
+        self.ghost.dismiss()
+        step_ms = self._step_ms()
+        self.edit_run = Run(next(_run_ids), self.editor.buffer_text, tuple(spans), threading.Event(), paced=step_ms > 0)
         path = str(self.editor.buffer.path) if self.editor.buffer.path else None
-        job = EditJob(self.edit_run.id, self.edit_run.text, self.edit_run.spans, config.sampling, config.editing, config.editor.frame_rate, config.editor.min_step_ms, path)
+        job = EditJob(self.edit_run.id, self.edit_run.text, self.edit_run.spans, config.sampling, config.editing, config.editor.frame_rate, step_ms, path)
         self.notice = "starting…"
         self._frames_shown = 0
         self._set_phase(RUNNING)
         self._show([[] for _ in spans])
         self.run_worker(partial(run_job, job, backend, self.post_message, self.edit_run.stop.is_set), thread=True, group="edit", exit_on_error=False)
+
+    def _step_ms(self) -> int:
+        """How long each step of the run about to start stays on screen: the session's first run
+        on the embedded model is paced so a person sees it sharpen (it is over in a blink otherwise)."""
+        editor, session = self.session.config.editor, self.session
+        first, session.first_run_started = not session.first_run_started, True
+        if first and session.config.embedded:
+            return max(editor.min_step_ms, editor.first_run_step_ms)
+        return editor.min_step_ms
 
     def cancel(self) -> None:
         """Stop a running edit now; the buffer was never touched."""
@@ -348,12 +403,19 @@ class EditorPane(Container):
             self._stop_run()
             self.notice = "cancelled"
             self._set_phase(IDLE)
+            self._restore_selection()
 
     def reject(self) -> None:
         if self.phase == PREVIEW:
             self.edit_run = None
             self.notice = "rejected"
             self._set_phase(IDLE)
+            self._restore_selection()
+
+    def _restore_selection(self) -> None:
+        before, self.selection_before_run = self.selection_before_run, None
+        if before is not None:
+            self.editor.selection = before
 
     def accept(self) -> bool:
         """Write the shown alternative into the buffer as one edit (one undo step)."""
@@ -363,18 +425,28 @@ class EditorPane(Container):
         if self.editor.buffer_text != run.text:  # cannot happen: any edit interrupts the run
             self.reject()
             return False
-        changes = run.result.changes(run.choice)
-        first, last, segment = changes.as_one_edit(run.text)  # one replacement: one undo step
         self.edit_run = None
+        self.selection_before_run = None
         self._set_phase(IDLE)  # before the edit, so before_change sees nothing to interrupt
-        editor = self.editor
-        editor.history.checkpoint()
-        result = editor.replace(segment, editor.location_of(first), editor.location_of(last))
-        editor.history.checkpoint()
-        editor.move_cursor(result.end_location)  # marks inside the edit are dropped by it, others move with their text
+        changes = self.apply_result(run.text, run.result, run.choice)
         self.notice = f"accepted {sum(len(c.text) for c in changes.changes)} characters (undo restores)"
         self._announce()
         return True
+
+    def apply_result(self, text: str, result, choice: int):
+        """Write alternative `choice` of `result` (a run over `text`, the buffer as it still is)
+        into the buffer as one replacement, so one undo step; the cursor goes to its end.
+        Returns the ChangeSet written, or None when the buffer moved on since `text`."""
+        editor = self.editor
+        if editor.buffer_text != text:
+            return None
+        changes = result.changes(choice)
+        first, last, segment = changes.as_one_edit(text)  # one replacement: one undo step
+        editor.history.checkpoint()
+        applied = editor.replace(segment, editor.location_of(first), editor.location_of(last))
+        editor.history.checkpoint()
+        editor.move_cursor(applied.end_location)  # marks inside the edit are dropped by it, others move with their text
+        return changes
 
     def cycle(self, delta: int) -> bool:
         run = self.edit_run
@@ -392,6 +464,7 @@ class EditorPane(Container):
         if self.phase == PREVIEW:
             self.reject()
             return True
+        self.ghost.dismiss()  # the ghost's text was for the buffer as it was
         self.notice = ""  # the last run's note is stale once the buffer moves on
         return False
 
@@ -417,6 +490,8 @@ class EditorPane(Container):
 
     def on_edit_progress(self, message: EditProgress) -> None:
         message.stop()
+        if self.ghost.handles(message):
+            return
         run = self._current(message.run_id)
         if run is None or self.phase != RUNNING:
             return  # a late frame from a cancelled run
@@ -438,24 +513,28 @@ class EditorPane(Container):
 
     def on_edit_finished(self, message: EditFinished) -> None:
         message.stop()
+        if self.ghost.handles(message):
+            return
         run = self._current(message.run_id)
         if run is None or self.phase != RUNNING:
             return
         run.stats, run.result, run.final_pieces = message.stats, message.result, message.pieces
         result = message.result
-        rate = result.tokens / message.stats.compute_seconds if message.stats.compute_seconds else 0.0
-        rate_text = f"{rate:.1f}" if rate < 10 else f"{rate:.0f}"
-        tokens = "1 token" if result.tokens == 1 else f"{result.tokens} tokens"
-        self.notice = f"{tokens} in {result.steps} steps, {message.stats.compute_seconds:.2f} s ({rate_text} tok/s)"
+        # Wall time beside compute time: a paced run lasts far longer than its model time.
+        wall = time.perf_counter() - run.started
+        self.notice = run_summary(result.tokens, result.steps, message.stats.compute_seconds, wall, run.paced)
         self.notice += finish_note(message, result)
         self._set_phase(PREVIEW)
         self._show_result()
 
     def on_edit_cancelled(self, message: EditCancelled) -> None:
         message.stop()  # the UI already moved on when it asked for the cancel
+        self.ghost.handles(message)
 
     def on_edit_failed(self, message: EditFailed) -> None:
         message.stop()
+        if self.ghost.handles(message):
+            return
         if self._current(message.run_id) is None:
             return
         self.edit_run = None
@@ -481,19 +560,39 @@ class EditorPane(Container):
 
     def _show(self, pieces: list[list[Piece]]) -> None:
         run = self.edit_run
-        layout = compose(run.text, [(s.start, s.end) for s in run.spans], pieces, self.editor.marks)
+        self.show_overlay(run.text, [(s.start, s.end) for s in run.spans], pieces, same_run=self._frames_shown > 0)
+        self._frames_shown += 1
+
+    def show_overlay(self, text: str, spans: list[tuple[int, int]], pieces: list[list[Piece]], same_run: bool,
+                     cursor: str | None = None, window: tuple[int, int, int, int] | None = None) -> None:
+        """Draw `text` with each span's pieces spliced in, in the preview layer; `cursor`: the
+        style kind of a cell drawn as the cursor where the first span starts (the ghost's).
+        `window` (first line, last line, start, end): only lines [first, last) of `text`, its
+        characters [start, end), go into the layer, numbered as in the buffer (the ghost's: a
+        few screens around the view, so a ghost in a 50,000-line file does not load and parse
+        all of it into the layer on every pause)."""
+        editor = self.editor
+        first, text, spans, marks = window_of(text, spans, editor.marks, window)
+        layout = compose(text, spans, pieces, marks)
+        if cursor is not None and layout.span_ranges:
+            row, column = location(layout.text, layout.span_ranges[0][0])
+            layout.line_styles.setdefault(row, []).append((column, column + 1, cursor))
         preview = self.preview
+        self._overlay_row0 = first
+        if preview.line_number_start != first + 1:
+            preview.line_number_start = first + 1
+        preview.gutter_floor = editor.gutter_width if window is not None else 0  # the text must not shift sideways
         if preview.language != self.editor.language:
             preview.language = self.editor.language
         preview.soft_wrap = self.editor.soft_wrap
         if preview.theme != self.editor.theme:
             preview.theme = self.editor.theme
-        preview.show_layout(layout, self.editor.scroll_x, self.editor.scroll_y, same_run=self._frames_shown > 0)
-        self._frames_shown += 1
+        preview.show_layout(layout, self.editor.scroll_x, self.editor.scroll_y - first, same_run=same_run)
 
     def _follow_scroll(self) -> None:
-        if self.phase != IDLE:
-            self.preview.scroll_to(self.editor.scroll_x, self.editor.scroll_y, animate=False, immediate=True)
+        if self.phase != IDLE or self.ghost.active:
+            self.preview.scroll_to(self.editor.scroll_x, self.editor.scroll_y - self._overlay_row0, animate=False, immediate=True)
+            self.ghost.scrolled()
 
     def _set_phase(self, phase: str) -> None:
         self.phase = phase

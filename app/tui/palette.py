@@ -51,6 +51,7 @@ PALETTE = (
     Command("Go to line", "goto_line", "Move the cursor to LINE or LINE:COLUMN", "goto-line"),
     Command("Undo", "undo", "Undo the last edit", None, "ctrl+z"),
     Command("Redo", "redo", "Redo the last undone edit", None, "ctrl+y"),
+    Command("Toggle ghost completion", "toggle_ghost", "Complete as you type: faint text at the cursor after a pause, Tab accepts", None),
     Command("Toggle soft wrap", "toggle_wrap", "Wrap long lines at the window edge, or not", "soft-wrap"),
     Command("Next buffer", "switch_buffer(1)", "Show the next tab", "next-buffer"),
     Command("Previous buffer", "switch_buffer(-1)", "Show the previous tab", "previous-buffer"),

@@ -41,6 +41,7 @@ class PreviewView(TextArea, can_focus=False):
         super().__init__(read_only=True, show_cursor=False, show_line_numbers=True, **kwargs)
         self.layout_shown = Layout("")
         self.scroll_target = None  # the widget whose scroll wheel events we forward (the editor)
+        self.on_click = None  # called on a click (the pane's ghost: a click dismisses it)
 
     def show_layout(self, layout: Layout, scroll_x: float, scroll_y: float, same_run: bool) -> None:
         """Draw `layout`; within one run only the text from the first span to the last is replaced."""
@@ -60,6 +61,12 @@ class PreviewView(TextArea, can_focus=False):
         self.scroll_to(scroll_x, scroll_y, animate=False, immediate=True)
         self.refresh()
 
+    gutter_floor = 0  # at least this gutter width: the editor's, when this view shows a window of its lines
+
+    @property
+    def gutter_width(self) -> int:
+        return max(super().gutter_width, self.gutter_floor)
+
     def get_line(self, line_index: int):
         line = super().get_line(line_index)
         for start, end, kind in self.layout_shown.styles_for(line_index):
@@ -77,6 +84,8 @@ class PreviewView(TextArea, can_focus=False):
     async def _on_mouse_down(self, event: events.MouseDown) -> None:
         event.stop()  # the preview is not selectable; clicks must not move anything
         event.prevent_default()
+        if self.on_click is not None:
+            self.on_click()
 
     def _on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
         if self.scroll_target is not None:

@@ -20,6 +20,8 @@ class Session:
     strength: float = 0.5  # share of a selection a rewrite re-noises (Alt+Up / Alt+Down)
     last_search: str = ""  # Find's query, shared by every buffer as in most editors
     queued: tuple | None = None  # (pane, action name): a model command asked for while the model loads
+    ghost: bool | None = None  # the palette's ghost-completion switch; None: the config decides (ghost.ghost_default)
+    first_run_started: bool = False  # the session's first run was started (Editor.first_run_step_ms paces only that one)
 
     def unavailable(self) -> str | None:
         """Why no run can start now, or None when the model is ready."""

@@ -6,6 +6,20 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 
+def rate_text(tokens: int, seconds: float) -> str:
+    rate = tokens / seconds if seconds > 0 else 0.0
+    return f"{rate:.1f} tok/s" if rate < 10 else f"{rate:.0f} tok/s"
+
+
+def run_summary(tokens: int, steps: int, compute: float, wall: float, paced: bool) -> str:
+    """A finished run in one line: its real wall time first, then the model's own time and rate.
+    A paced run (its steps held on screen to be watched) says so, or its 15 s would read as slow."""
+    counted = "1 token" if tokens == 1 else f"{tokens} tokens"
+    stepped = "1 step" if steps == 1 else f"{steps} steps"
+    how = "paced, " if paced else ""
+    return f"{counted} in {stepped}, {wall:.2f} s ({how}model {compute:.2f} s, {rate_text(tokens, compute)})"
+
+
 class StatusBar(Widget):
     """Reactive fields, each set by the app; the line redraws when any of them changes."""
 
@@ -35,6 +49,7 @@ class StatusBar(Widget):
     device: reactive[str] = reactive("")
     strength: reactive[float] = reactive(0.5)
     show_strength: reactive[bool] = reactive(False)  # only while text is selected (what Rewrite would use)
+    ghost: reactive[bool] = reactive(False)  # as-you-type completion is on (palette: Toggle ghost completion)
 
     def render(self) -> Text:
         """The line, fitted to the width by priority: the file, its dirty mark, the run and the
@@ -45,6 +60,8 @@ class StatusBar(Widget):
         right = Text()
         if self.show_strength:
             right.append(f"rewrite {self.strength:.0%}  ", style("status-bar--dim"))
+        if self.ghost:
+            right.append("ghost · ", style("status-bar--dim"))
         right.append(self.model, style("status-bar--error") if self.model_failed else "")
         if self.device:
             right.append(f" · {self.device}", style("status-bar--dim"))

@@ -1,0 +1,316 @@
+"""Ghost text: the model completes at the cursor after a pause in typing (as llama.vim, Copilot).
+
+    typing --pause--> running --frame--> running --done--> shown --Tab--> accepted (one undo step)
+                         |                                   |
+                         +------- any other key, a click, an edit: dismissed (run cancelled) -+
+
+A pane owns one Ghost. It fires only when nothing else is going on: the model is loaded, no
+run or preview is up in any buffer, nothing is selected, the buffer is editable and has the
+focus, and the rest of the cursor's line is empty or closing characters (mid-word infill is
+noise). The run is an infill at the cursor with the text before and after it, on the same
+worker code as every other run (model_runner.run_job); its frames are drawn
+faint in the pane's preview layer, so the ghost is never in the buffer or its undo history
+until Tab writes it as one edit.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import partial
+
+from ...core.spans import Span
+from ..config import Config
+from .messages import EditCancelled, EditFailed, EditFinished, EditProgress
+from .model_runner import EditJob, run_job
+from .preview import GHOST, GHOST_CURSOR, GHOST_MASKED, MASKED, NOISE, Piece, merge, pieces_text
+
+# Ghost runs count down from -1, so they never share an id with the pane's own runs (1, 2, ...).
+_ghost_ids = itertools.count(-1, -1)
+
+WAITING, RUNNING, SHOWN = "waiting", "running", "shown"  # and None: nothing pending
+CLOSING = frozenset(")]}>\"'`;:,")  # what may follow the cursor on its line for a ghost to fire
+NOTICE = "ghost: "  # how the status bar's note on a shown ghost starts
+# The preview layer holds the rows on screen and this many on each side (with soft wrap off):
+# enough above the view that a string or docstring opened there is highlighted as in the editor.
+MARGIN_ROWS = 100
+
+
+def ghost_default(config: Config) -> bool:
+    """On with a checkpoint the user chose, off with the embedded demo model unless asked for:
+    its completions are a 1.8M-parameter toy's, worth watching on request, not on every pause."""
+    if config.editor.ghost is not None:
+        return config.editor.ghost
+    return not config.embedded
+
+
+def fits_cursor(rest_of_line: str) -> bool:
+    """Whether a completion belongs here: nothing after the cursor on its line but blanks and
+    closing characters (Copilot's rule; in the middle of a word an infill only adds noise)."""
+    return all(ch.isspace() or ch in CLOSING for ch in rest_of_line)
+
+
+def ghost_pieces(pieces: list[Piece]) -> list[Piece]:
+    """A frame's pieces drawn as ghost text: still-masked slots as faint blur, every committed
+    token faint whatever its confidence (the ghost is a suggestion until accepted)."""
+    return merge([Piece(p.text, GHOST_MASKED if p.kind in (MASKED, NOISE) else GHOST) for p in pieces])
+
+
+def window_of(text: str, spans: list[tuple[int, int]], marks: list[tuple[int, int]], window: tuple[int, int, int, int] | None):
+    """(first line, text, spans, marks) cut to `window` (first line, last line, start, end), the
+    offsets moved to the cut text and the marks clipped to it; no window: all of it."""
+    if window is None:
+        return 0, text, spans, marks
+    first, _, start, end = window
+    spans = [(s - start, e - start) for s, e in spans]
+    marks = [(max(s, start) - start, min(e, end) - start) for s, e in marks if s < end and e > start]
+    return first, text[start:end], spans, marks
+
+
+@dataclass
+class GhostRun:
+    id: int
+    text: str  # the buffer when it fired ('\n' line breaks)
+    offset: int  # the cursor, in characters of `text`
+    window: tuple[int, int, int, int] | None  # what the preview layer shows of `text`: lines [first, last), characters [start, end); None: all
+    stop: threading.Event
+    typed_at: float  # perf_counter of the last edit before the pause
+    fired_at: float = field(default_factory=time.perf_counter)
+    first_frame_at: float | None = None  # when its first frame was drawn
+    shown_at: float | None = None  # when the final ghost was drawn
+    compute_seconds: float = 0.0  # inside the model loop (RunStats.compute_seconds)
+    steps: int = 0
+    drafts: list[str] = field(default_factory=list)  # the text of each frame drawn before the final ghost
+    result: object = None  # core.engine.EditResult once done
+
+
+class Ghost:
+    """The as-you-type completion of one pane (state, timer, run, drawing)."""
+
+    def __init__(self, pane) -> None:
+        self.pane = pane  # the EditorPane it belongs to (not imported here: that module imports this one)
+        self.state: str | None = None
+        self.run: GhostRun | None = None
+        self.last: GhostRun | None = None  # the last run that showed a ghost (its timings: bench/ghost_latency.py)
+        self._typed_at = 0.0
+        self._timer = None
+        self._pending: EditProgress | None = None
+
+    # -- switching it on and off ----------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        session = self.pane.session
+        return session.ghost if session.ghost is not None else ghost_default(session.config)
+
+    @property
+    def pause(self) -> float:
+        return self.pane.session.config.editor.ghost_pause_ms / 1000
+
+    def toggle(self) -> bool:
+        """The palette's switch, for every buffer of the session; returns the new state."""
+        self.pane.session.ghost = not self.enabled
+        if not self.pane.session.ghost:
+            self.dismiss()
+        return self.pane.session.ghost
+
+    # -- the pause ------------------------------------------------------------------------
+
+    def typed(self) -> None:
+        """The buffer changed: a ghost may fire once typing pauses. One timer per pause, not per
+        key: when it comes due early (the user typed on) it waits out the rest."""
+        self._typed_at = time.perf_counter()
+        if not self.enabled:
+            return
+        if self.state in (RUNNING, SHOWN):
+            self.dismiss()
+        self.state = WAITING
+        if self._timer is None:
+            self._timer = self.pane.set_timer(self.pause, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        if self.state != WAITING:
+            return
+        left = self.pause - (time.perf_counter() - self._typed_at)
+        if left > 0.001:
+            self._timer = self.pane.set_timer(left, self._due)
+            return
+        self.state = None
+        if self.why_not() is None:
+            self.fire()
+
+    def why_not(self) -> str | None:
+        """Why a ghost may not fire now (None: it may)."""
+        pane, session = self.pane, self.pane.session
+        editor = pane.editor
+        if not self.enabled:
+            return "ghost completion is off"
+        if session.backend is None:
+            return "no model"
+        if session.queued is not None or any(p.phase != "idle" for p in pane.app.query(type(pane))):
+            return "another run or preview is active"
+        if not editor.selection.is_empty:
+            return "text is selected"
+        if editor.read_only or not editor.has_focus:
+            return "the buffer is read-only or not focused"
+        row, column = editor.selection.end
+        if not fits_cursor(editor.document.lines[row][column:]):
+            return "the cursor is inside a line"
+        return None
+
+    # -- the run --------------------------------------------------------------------------
+
+    def fire(self) -> None:
+        pane = self.pane
+        config, editor = pane.session.config, pane.editor
+        text = editor.buffer_text
+        offset = editor.offset_of(editor.selection.end)
+        self.run = GhostRun(next(_ghost_ids), text, offset, self._window(len(text)), threading.Event(), self._typed_at)
+        self.state = RUNNING
+        path = str(editor.buffer.path) if editor.buffer.path else None
+        span = Span(offset, offset, "infill", max_tokens=config.editing.infill_tokens)
+        # Paced only by min_step_ms, a choice to watch every run; never by the first-run pacing.
+        job = EditJob(self.run.id, text, (span,), config.sampling, config.editing, config.editor.frame_rate, config.editor.min_step_ms, path)
+        pane.run_worker(partial(run_job, job, pane.session.backend, pane.post_message, self.run.stop.is_set),
+                        thread=True, group="ghost", exit_on_error=False)
+
+    def _window(self, length: int) -> tuple[int, int, int, int] | None:
+        """What of the buffer the layer shows: the view and the cursor's line, a margin each side
+        (lines [first, last), characters [start, end) of the text). With soft wrap on a row is
+        not a line: the layer takes the whole text, as a run's does."""
+        editor = self.pane.editor
+        if editor.soft_wrap:
+            return None
+        top, cursor, count = int(editor.scroll_y), editor.selection.end[0], editor.document.line_count
+        first = max(0, min(top, cursor) - MARGIN_ROWS)
+        last = min(count, max(top + editor.size.height, cursor + 1) + MARGIN_ROWS)
+        start = editor.offset_of((first, 0))
+        end = start + sum(len(line) + 1 for line in editor.document.lines[first:last]) - 1 if last < count else length
+        return first, last, start, end
+
+    def scrolled(self) -> None:
+        """The editor scrolled under a ghost: past the layer's lines the ghost goes (nothing is drawn there)."""
+        run = self.run
+        if run is None or run.window is None or not self.active:
+            return
+        first, last = run.window[:2]
+        top, height = int(self.pane.editor.scroll_y), self.pane.editor.size.height
+        below = last < self.pane.editor.document.line_count and top + height > last
+        if top < first or below:
+            self.dismiss(pending=False)
+
+    def dismiss(self, pending: bool = True) -> bool:
+        """Stop a running or shown ghost, and with `pending` one still waiting for the pause;
+        True when one was running or shown. The model stops at its next step (cooperative
+        cancellation between steps)."""
+        was = self.state in (RUNNING, SHOWN)
+        if not was:
+            if pending:
+                self.state = None
+            return False
+        self.run.stop.set()
+        self.run, self._pending, self.state = None, None, None
+        self._hide()
+        if self.pane.notice.startswith(NOTICE):  # "Tab accepts" is stale once the ghost is gone
+            self.pane.notice = ""
+            self._announce()
+        return True
+
+    def accept(self) -> bool:
+        """Write the shown ghost into the buffer as one edit (one undo step)."""
+        run = self.run
+        if self.state != SHOWN or run is None:
+            return False
+        self.run, self.state = None, None
+        self._hide()
+        if not self.pane.apply_result(run.text, run.result, 0):
+            return False
+        self.pane.notice = f"ghost accepted: {len(pieces_text(self._final(run)))} characters (undo removes them)"
+        self._announce()
+        return True
+
+    @property
+    def active(self) -> bool:
+        return self.state in (RUNNING, SHOWN)
+
+    @property
+    def shown(self) -> bool:
+        return self.state == SHOWN
+
+    # -- messages from the worker (the pane hands over those of ghost runs) ----------------
+
+    def handles(self, message) -> bool:
+        """Take a worker message if it belongs to a ghost run (current or stale); False: the pane's."""
+        if message.run_id >= 0:
+            return False
+        run = self.run if self.run is not None and self.run.id == message.run_id else None
+        if run is None or self.state != RUNNING:
+            return True  # a stale ghost's late message: dropped
+        if isinstance(message, EditProgress):
+            if self._pending is None:
+                self.pane.call_later(self._draw_pending)
+            self._pending = message
+        elif isinstance(message, EditFinished):
+            self._finished(run, message)
+        elif isinstance(message, EditFailed):
+            self.dismiss()  # a failed ghost is no news worth a dialog; the status says it
+            self.pane.notice = f"ghost failed: {message.error}"
+            self._announce()
+        elif isinstance(message, EditCancelled):
+            self.dismiss()
+        return True
+
+    def _draw_pending(self) -> None:
+        message, self._pending = self._pending, None
+        run = self.run
+        if message is None or run is None or run.id != message.run_id or self.state != RUNNING:
+            return
+        run.compute_seconds, run.steps = message.stats.compute_seconds, message.stats.step
+        pieces = ghost_pieces(message.pieces[0])
+        self._draw(run, pieces)
+        run.drafts.append(pieces_text(pieces))
+        if run.first_frame_at is None:
+            run.first_frame_at = time.perf_counter()
+
+    def _finished(self, run: GhostRun, message: EditFinished) -> None:
+        self._pending = None
+        run.result, run.compute_seconds, run.steps = message.result, message.stats.compute_seconds, message.stats.step
+        text = self._final(run)
+        if not pieces_text(text).strip():  # nothing (or only blanks) to suggest: no ghost
+            self.dismiss()
+            return
+        self.state = SHOWN
+        self._draw(run, text)
+        now = time.perf_counter()
+        run.shown_at = now
+        if run.first_frame_at is None:
+            run.first_frame_at = now
+        self.last = run
+        self.pane.editor.yield_tab = True  # Tab is Accept now (the pane's check_action says so)
+        keys = self.pane.app.keys_for("accept").split(", ")[0]
+        self.pane.notice = f"{NOTICE}{keys} accepts, any other key dismisses ({run.compute_seconds:.2f} s)"
+        self._announce()
+
+    @staticmethod
+    def _final(run: GhostRun) -> list[Piece]:
+        return [Piece(run.result.spans[0].alternatives[0], GHOST)] if run.result.spans[0].alternatives else []
+
+    # -- drawing --------------------------------------------------------------------------
+
+    def _draw(self, run: GhostRun, pieces: list[Piece]) -> None:
+        pane = self.pane
+        first = run.first_frame_at is None and run.shown_at is None
+        pane.show_overlay(run.text, [(run.offset, run.offset)], [pieces], same_run=not first, cursor=GHOST_CURSOR, window=run.window)
+        if first:
+            pane.set_class(True, "-previewing")
+
+    def _announce(self) -> None:
+        self.pane.post_message(self.pane.StateChanged(self.pane))
+
+    def _hide(self) -> None:
+        pane = self.pane
+        if pane.phase == "idle":
+            pane.set_class(False, "-previewing")
+            pane.editor.yield_tab = False

@@ -1,0 +1,268 @@
+"""As-you-type completion (app/tui/ghost.py) and the first run's pacing, through Textual's pilot.
+
+The model is the tiny random checkpoint: the tests check where ghost text appears and how the
+editor behaves (frames, one undo step, dismissal, cancellation), never what the model wrote.
+A config that names the checkpoint directory is "a real model"; one that names none is the
+embedded demo model, as on the command line.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from pilot import EXAMPLE, make_app, notices, top_command, wait_for
+
+from sharpen.app.backend import LocalBackend
+from sharpen.app.cli import build_parser
+from sharpen.app.config import Config, parse_config
+from sharpen.app.tui.editor_pane import IDLE, PREVIEW, RUNNING
+from sharpen.app.tui.ghost import RUNNING as GHOST_RUNNING, SHOWN, WAITING, fits_cursor, ghost_default
+from sharpen.app.tui.messages import ModelLoaded
+from sharpen.app.tui.preview import GHOST, GHOST_CURSOR, MASK_GLYPH
+from sharpen.app.tui.status_bar import run_summary
+
+SIZE = (100, 32)
+LINE = 4  # 'def fizzbuzz(n):' in examples/fizzbuzz.py: the tests type at its end
+
+
+@pytest.fixture
+def example(tmp_path) -> Path:
+    path = tmp_path / "fizzbuzz.py"
+    path.write_bytes(EXAMPLE.read_bytes())
+    return path
+
+
+def real(model_dir, **values) -> Config:
+    """A config naming a checkpoint (ghost on by default), paced so frames can be seen."""
+    return Config.of(model=str(model_dir), steps=6, frame_rate=60, ghost_pause_ms=100, **values)
+
+
+async def load(app, pilot, denoiser) -> None:
+    app.post_message(ModelLoaded(LocalBackend.of(denoiser), "cpu", 0.0))
+    await wait_for(pilot, lambda: app.session.backend is not None)
+
+
+async def type_at_line_end(pilot, pane, row: int, text: str) -> None:
+    editor = pane.editor
+    editor.move_cursor((row, len(editor.document.lines[row])))
+    await pilot.press(*text)
+
+
+def ghost_rows(pane) -> list[int]:
+    """Rows of the preview layer that carry ghost styling."""
+    layout = pane.preview.layout_shown
+    return sorted(row for row, styles in layout.line_styles.items() if any(kind.startswith("ghost") for *_, kind in styles))
+
+
+async def test_ghost_appears_after_a_pause_sharpens_and_tab_accepts_as_one_undo_step(example, tiny_model_dir, tiny_denoiser):
+    app = make_app([example], real(tiny_model_dir, min_step_ms=80))
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        ghost, editor = pane.ghost, pane.editor
+        assert ghost.enabled and app.status.ghost  # a named checkpoint: on by default, and the status says so
+        original, undo_depth = editor.text, len(editor.history.undo_stack)
+        await type_at_line_end(pilot, pane, LINE, " ")
+        typed = editor.text
+        await wait_for(pilot, lambda: ghost.state in (GHOST_RUNNING, SHOWN))
+        run = ghost.run
+        assert run.fired_at - run.typed_at >= 0.1  # the pause, as configured
+        assert run.offset == editor.offset_of(editor.selection.end)  # infill at the cursor
+        await wait_for(pilot, lambda: ghost.state == SHOWN)
+        assert len(run.drafts) >= 2 and MASK_GLYPH in run.drafts[0]  # drawn step by step, from blur
+        assert len(set(run.drafts)) >= 2  # it sharpened: the drafts differ
+        shown = run.result.spans[0].alternatives[0]
+        assert shown.strip() and pane.preview.text == typed[:run.offset] + shown + typed[run.offset:]
+        layout = pane.preview.layout_shown
+        kinds = {kind for styles in layout.line_styles.values() for *_, kind in styles}
+        assert GHOST in kinds and GHOST_CURSOR in kinds
+        assert ghost_rows(pane)[0] == LINE  # drawn at the cursor's line
+        assert editor.text == typed and pane.phase == IDLE  # never in the buffer while shown
+        assert "accepts" in app.status.notice
+        await pilot.press("tab")
+        assert ghost.run is not run  # taken (a new ghost may already wait for the next pause)
+        assert editor.buffer_text == typed[:run.offset] + shown + typed[run.offset:]
+        assert editor.selection.end == editor.location_of(run.offset + len(shown))
+        ghost.toggle()  # off, so no new ghost covers what the undo shows
+        editor.undo()
+        assert editor.text == typed  # one undo step removes all of it
+        editor.undo()
+        assert editor.text == original and len(editor.history.undo_stack) == undo_depth
+
+
+async def test_another_key_dismisses_a_shown_ghost_and_leaves_the_buffer(example, tiny_model_dir, tiny_denoiser):
+    app = make_app([example], real(tiny_model_dir))
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        ghost, editor = pane.ghost, pane.editor
+        await type_at_line_end(pilot, pane, LINE, " ")
+        typed, undo_depth = editor.text, len(editor.history.undo_stack)
+        await wait_for(pilot, lambda: ghost.state == SHOWN)
+        await pilot.press("left")
+        assert ghost.state is None and not pane.preview.display
+        assert editor.text == typed and len(editor.history.undo_stack) == undo_depth
+        await pilot.pause(0.3)
+        assert ghost.state is None  # a cursor move does not ask again; typing does
+        await pilot.press("escape")  # nothing shown: Esc is the editor's again
+        await type_at_line_end(pilot, pane, LINE, "#")
+        await wait_for(pilot, lambda: ghost.state == SHOWN)
+        await pilot.press("escape")
+        assert ghost.state is None and editor.document.lines[LINE] == typed.split("\n")[LINE] + "#"
+
+
+async def test_typing_during_a_ghost_run_cancels_it_within_a_step(example, tiny_model_dir, tiny_denoiser):
+    step = 0.5
+    app = make_app([example], real(tiny_model_dir, min_step_ms=int(step * 1000)).layered({"sampling": {"steps": 8}}))
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        ghost, editor = pane.ghost, pane.editor
+        await type_at_line_end(pilot, pane, LINE, " ")
+        await wait_for(pilot, lambda: ghost.state == GHOST_RUNNING and ghost.run.drafts)
+        run = ghost.run
+        before = editor.text
+        await pilot.press("x")
+        asked = time.perf_counter()
+        assert run.stop.is_set() and ghost.run is None and not pane.preview.display
+        assert editor.document.lines[LINE] == before.split("\n")[LINE] + "x"  # the key went in, the ghost did not
+        assert editor.text.replace("0: x", "0: ", 1) == before
+        workers = [w for w in app.workers if w.group == "ghost"]
+        await wait_for(pilot, lambda: all(w.is_finished for w in workers), timeout=5)
+        # It stopped at its next step (the pacing between steps answers a stop at once), not 7 steps
+        # (3.5 s) later; the bound leaves room for a loaded machine.
+        assert time.perf_counter() - asked < 4 * step
+
+
+async def test_no_ghost_over_a_selection_a_run_or_mid_line(example, tiny_model_dir, tiny_denoiser):
+    app = make_app([example], real(tiny_model_dir, min_step_ms=300))
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        ghost, editor = pane.ghost, pane.editor
+        editor.move_cursor((LINE, 4))  # inside 'def fizzbuzz': mid-word
+        await pilot.press("x")
+        await pilot.pause(0.4)
+        assert ghost.state is None and ghost.run is None and ghost.why_not() == "the cursor is inside a line"
+        await type_at_line_end(pilot, pane, LINE, " ")
+        editor.selection = ((LINE, 0), (LINE, 3))
+        await pilot.pause(0.4)
+        assert ghost.run is None and ghost.why_not() == "text is selected"
+        editor.move_cursor((LINE + 1, len(editor.document.lines[LINE + 1])))
+        await pilot.press("alt+i")  # an explicit run: the ghost waits its turn
+        assert pane.phase in (RUNNING, PREVIEW)
+        ghost.typed()
+        await pilot.pause(0.4)
+        assert ghost.run is None and ghost.why_not() == "another run or preview is active"
+
+
+async def test_off_with_the_embedded_model_and_the_palette_turns_it_on(example, tiny_denoiser):
+    app = make_app([example], Config.of(steps=4, frame_rate=60, ghost_pause_ms=100, first_run_step_ms=0))
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        ghost = pane.ghost
+        assert not ghost.enabled and not app.status.ghost
+        await type_at_line_end(pilot, pane, LINE, " ")
+        await pilot.pause(0.4)
+        assert ghost.state is None and ghost.run is None  # off: nothing fired
+        await pilot.press("ctrl+p")
+        await pilot.press(*"ghost")
+        await wait_for(pilot, lambda: top_command(app) == "Toggle ghost completion")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: ghost.enabled)
+        assert app.status.ghost and "ghost completion on" in notices(app)
+        await type_at_line_end(pilot, pane, LINE, "#")
+        await wait_for(pilot, lambda: ghost.state == SHOWN)
+        await pilot.press("ctrl+p")
+        await pilot.press(*"ghost")
+        await wait_for(pilot, lambda: top_command(app) == "Toggle ghost completion")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not ghost.enabled)
+        assert ghost.state is None and not app.status.ghost
+
+
+def test_the_switch_and_the_pause_are_settings(tiny_model_dir):
+    assert ghost_default(Config()) is False  # the embedded demo model
+    assert ghost_default(Config.of(model=str(tiny_model_dir))) is True
+    assert ghost_default(Config.of(model=str(tiny_model_dir), ghost=False)) is False
+    assert ghost_default(Config.of(ghost=True)) is True
+    config = parse_config("ghost = true\nghost_pause_ms = 450\nfirst_run_step_ms = 0\n")
+    assert (config.editor.ghost, config.editor.ghost_pause_ms, config.editor.first_run_step_ms) == (True, 450, 0)
+    with pytest.raises(Exception, match="ghost_pause_ms must be between 50 and 10000"):
+        parse_config("ghost_pause_ms = 10\n")
+    help_text = build_parser().format_help()
+    assert "--ghost" in help_text and "--no-ghost" in help_text and "--ghost-pause-ms" in help_text
+    assert fits_cursor("") and fits_cursor("  ") and fits_cursor("):") and not fits_cursor("zz(n):")
+
+
+async def test_the_first_run_on_the_embedded_model_is_paced_and_reports_wall_time(example, tiny_denoiser):
+    step_ms = 150
+    app = make_app([example], Config.of(steps=4, frame_rate=60, first_run_step_ms=step_ms))
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        pane.editor.selection = ((LINE + 1, 4), (LINE + 1, len(pane.editor.document.lines[LINE + 1])))
+        await pilot.press("alt+i")
+        run = pane.edit_run
+        assert run.paced
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        wall = time.perf_counter() - run.started
+        steps = run.result.steps
+        assert wall >= steps * step_ms / 1000 * 0.9  # every step was held on screen
+        note = app.status.notice or pane.notice
+        assert "paced" in pane.notice and f"{steps} steps" in pane.notice
+        shown_wall = float(pane.notice.split("steps, ")[1].split(" s")[0])
+        model = float(pane.notice.split("model ")[1].split(" s")[0])
+        assert shown_wall >= steps * step_ms / 1000 * 0.9 and model < shown_wall  # the real time, beside the model's
+        assert note
+        await pilot.press("escape")
+        await pilot.press("alt+i")
+        second = pane.edit_run
+        assert not second.paced  # only the session's first run
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        assert "paced" not in pane.notice
+
+
+async def test_no_first_run_pacing_when_turned_off_or_with_a_named_checkpoint(example, tiny_model_dir, tiny_denoiser):
+    for config in (Config.of(steps=4, first_run_step_ms=0), Config.of(model=str(tiny_model_dir), steps=4, ghost=False)):
+        app = make_app([example], config)
+        async with app.run_test(size=SIZE) as pilot:
+            await load(app, pilot, tiny_denoiser)
+            pane = app.active_pane()
+            pane.editor.selection = ((LINE + 1, 4), (LINE + 1, 9))
+            await pilot.press("alt+i")
+            assert not pane.edit_run.paced
+            await wait_for(pilot, lambda: pane.phase == PREVIEW)
+
+
+def test_run_summary_puts_wall_time_beside_model_time():
+    assert run_summary(19, 8, 0.32, 15.1, True) == "19 tokens in 8 steps, 15.10 s (paced, model 0.32 s, 59 tok/s)"
+    assert run_summary(1, 1, 0.5, 0.52, False) == "1 token in 1 step, 0.52 s (model 0.50 s, 2.0 tok/s)"
+
+
+async def test_in_a_long_file_the_layer_holds_the_rows_around_the_view(tmp_path, tiny_model_dir, tiny_denoiser):
+    path = tmp_path / "long.py"
+    path.write_text("".join(f"value_{i} = {i}\n" for i in range(3000)), encoding="utf-8")
+    app = make_app([path], real(tiny_model_dir))
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        ghost, editor = pane.ghost, pane.editor
+        row = 2500
+        editor.move_cursor((row, len(editor.document.lines[row])), center=True)
+        await pilot.pause()
+        await pilot.press("space")
+        await wait_for(pilot, lambda: ghost.state == SHOWN)
+        run, preview = ghost.run, pane.preview
+        first, last, start, _ = run.window
+        assert first <= row < last and last - first < 400  # a few screens, not 3,000 lines
+        assert preview.line_number_start == first + 1 and preview.gutter_width == editor.gutter_width
+        assert preview.text.startswith(editor.document.lines[first] + "\n")
+        shown = run.result.spans[0].alternatives[0]
+        assert preview.document.lines[row - first] == (editor.document.lines[row] + shown).split("\n")[0]
+        assert ghost_rows(pane)[0] == row - first
+        assert preview.scroll_y == editor.scroll_y - first  # drawn where the editor shows that line
+        await pilot.click(preview.__class__, offset=(10, 3))  # a click on the layer: the ghost goes
+        assert ghost.state is None and not preview.display
