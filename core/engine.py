@@ -173,7 +173,11 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
         if not frame.done:
             yield EditFrame(frame)
             continue
-        drop = (*spec.end_ids, spec.mask_id)
+        # Text a model writes into a file never holds its special tokens or control bytes (a NUL makes a
+        # source file "binary"): the masked loops never propose them, a random-token loop (DiffusionGemma,
+        # which samples as its reference does) can, so they are dropped here as well.
+        banned = getattr(denoiser, "banned_ids", None)
+        drop = frozenset((*spec.end_ids, spec.mask_id, *(banned.tolist() if banned is not None else ())))
         newline = newline_style(text)
         per_sample = [[match_newlines(span_text(list(ids), tok, drop), newline) for ids in sample] for sample in frame.final_ids]
         seconds = time.perf_counter() - started

@@ -18,6 +18,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -139,9 +140,13 @@ class GemmaDenoiser:
     def max_len(self) -> int:
         return self.model.config.text_config.max_position_embeddings
 
-    @property
+    @cached_property
     def banned_ids(self) -> torch.Tensor:
-        return torch.empty(0, dtype=torch.long, device=self.device)  # the reference bans nothing
+        """Sampling bans nothing (the reference does not); these ids are dropped from the text a run
+        writes (core/engine.py): special tokens other than the ends, control bytes, padded rows."""
+        from .denoiser import banned_token_ids
+
+        return banned_token_ids(self.tokenizer, self.spec, self.vocab_size).to(self.device)
 
     @property
     def embedding_dtype(self) -> torch.dtype:

@@ -234,3 +234,59 @@ def test_diffusion_gemma_is_checked_like_the_native_families(cli, gemma_dir, tmp
     breaks(model)
     code, line = cli(model)
     assert code == 4 and message in line, line
+
+
+# -- What a model writes into a file: no NUL, no control bytes, no special tokens (DiffusionGemma too) ----
+
+
+def test_diffusion_gemma_writes_no_control_bytes_nor_special_tokens(gemma_dir, monkeypatch):
+    """The random-token loop samples as transformers does (nothing banned), so a model that favours
+    <0x00> and <|turn> would write them; the engine drops them from the text as for the masked families."""
+    import torch
+
+    from sharpen.core import gemma
+    from sharpen.core.engine import run_edit
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+
+    denoiser = gemma.load_gemma(gemma_dir)
+    nul, turn = denoiser.tokenizer.token_id("<0x00>"), denoiser.tokenizer.token_id("<|turn>")
+    real = gemma.GemmaDenoiser.canvas_logits
+
+    def favouring(self, canvas, self_conditioning, context):
+        logits = real(self, canvas, self_conditioning, context).clone()
+        logits[..., nul] += 50.0
+        logits[..., 1::2, turn] += 100.0  # odd slots: the special token, even ones: the NUL byte
+        return logits
+
+    monkeypatch.setattr(gemma.GemmaDenoiser, "canvas_logits", favouring)
+    text = "def f(x):\n    return x + 1\n"
+    result = [u.result for u in run_edit(denoiser, text, [Span(21, 26, "infill", max_tokens=6)], Sampling(steps=4)) if u.result][0]
+    written = result.changes().apply(text)
+    assert "\x00" not in written and "<|turn>" not in written and written.startswith("def f(x):\n    return ")
+    assert {nul, turn} <= set(denoiser.banned_ids.tolist())
+
+
+def test_banned_ids_read_the_added_tokens_once(tiny_model_dir, monkeypatch):
+    """F9: the special-token set was rebuilt for every id of the vocabulary (O(vocab x added))."""
+    from tokenizers import Tokenizer as HF
+
+    from sharpen.core.denoiser import banned_token_ids
+    from sharpen.core.loading import load_denoiser
+
+    denoiser = load_denoiser(tiny_model_dir)
+    calls = []
+    real = HF.get_added_tokens_decoder
+    hf = denoiser.tokenizer.hf
+
+    class Counting:
+        def __getattr__(self, name):
+            if name == "get_added_tokens_decoder":
+                calls.append(1)
+                return lambda: real(hf)
+            return getattr(hf, name)
+
+    monkeypatch.setattr(denoiser.tokenizer, "hf", Counting())
+    banned = banned_token_ids(denoiser.tokenizer, denoiser.spec, denoiser.model.cfg.vocab_size).tolist()
+    assert len(calls) <= 2 and denoiser.spec.mask_id in banned
+    assert denoiser.spec.eos_id not in banned
