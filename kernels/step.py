@@ -69,6 +69,7 @@ def propose_and_score(
     implementation: str = "reference",
     active: torch.Tensor | None = None,
     tempered_scores: bool = False,
+    noise_keys: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """logits [M, V] -> (tokens [M] long, p_token [M] float32, ranking [M] float32).
 
@@ -79,6 +80,10 @@ def propose_and_score(
     `active` [M] bool marks the still-masked positions; the others' outputs are unspecified
     (the fused kernel skips their rows, the reference scores every row: on a CPU a dense
     pass costs less than finding the active rows).
+
+    `noise_keys` [M] (reference.row_keys): the random draws (Gumbel noise, the random policy's
+    ranking) are hashes of these keys, with no generator state (reference.counter_uniform), so
+    they can be captured in a graph; without them the draws come from `generator`.
     """
     filtered = top_k is not None or top_p is not None
     # Tempered scores (Dream's convention) rank by the probability the draw came from: the
@@ -87,7 +92,7 @@ def propose_and_score(
     if implementation == "triton" and not filtered and not tempered:
         from . import triton_step
 
-        noise = reference.gumbel_noise(logits.shape, generator, logits.device) if temperature > 0 else None
+        noise = reference.noise(logits, generator, noise_keys) if temperature > 0 else None
         tokens, p_token, margin, neg_entropy = triton_step.fused_confidence(logits, noise, temperature, active)
         if policy == "confidence":
             ranking = p_token
@@ -96,11 +101,11 @@ def propose_and_score(
         elif policy == "entropy":
             ranking = neg_entropy
         else:
-            ranking = reference.score(logits, tokens, policy, generator)[0]
+            ranking = reference.score(logits, tokens, policy, generator, noise_keys)[0]
         return tokens, p_token, ranking.float()
-    tokens = reference.propose(logits, temperature, top_k, top_p, generator)
+    tokens = reference.propose(logits, temperature, top_k, top_p, generator, noise_keys)
     scored = reference.sampling_logits(logits, temperature, top_k, top_p).float() if tempered else logits
-    ranking, p_token = reference.score(scored, tokens, policy, generator)
+    ranking, p_token = reference.score(scored, tokens, policy, generator, noise_keys)
     return tokens, p_token, ranking.float()
 
 

@@ -82,3 +82,94 @@ def test_float16_residual_stream_stays_finite():
         x = torch.full((1, 4, 64), 1000.0, dtype=torch.float16)
         out = block(x, rotary_table(cfg.head_dim, 4, cfg.rope_theta).to(torch.float16), torch.arange(4), None)
     assert torch.isfinite(out).all() and out.abs().max() <= FLOAT16_LIMIT
+
+
+TEXT = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    x = 1\n    y = 2\n"
+
+
+def _reads_per_step(denoiser, settings, rules):
+    """Host reads between consecutive frames of a run, and the run's final frame."""
+    from sharpen.core.canvas import build_canvas
+    from sharpen.core.loops import run_loop
+    from sharpen.core.spans import Span
+
+    canvas = build_canvas(TEXT, [Span(48, 48, max_tokens=24)], denoiser.tokenizer, denoiser.spec.mask_id, 256, denoiser.max_len)
+    marks, blocks = [], []
+    with step_cost.counting() as (launches, explicit):
+        for frame in run_loop(denoiser, canvas, settings, rules=rules):
+            marks.append(sum(explicit.reads.values()) + sum(launches.reads.values()))
+            if frame.done:
+                break
+    return [b - a for a, b in zip(marks, marks[1:-1])], frame
+
+
+def test_a_fixed_schedule_block_reads_the_host_only_at_its_start(tiny_denoiser):
+    # On a GPU each read stalls the launch queue. Planned reads (CUDA's default): one per block,
+    # before its first step; none inside it. Here every block has 8 slots and 4 steps.
+    from sharpen.core.loops import LoopRules
+    from sharpen.core.settings import Sampling
+
+    settings = Sampling(schedule="fixed", block_size=8, steps=12)
+    planned, frame = _reads_per_step(tiny_denoiser, settings, LoopRules(expected_length=False, reads="planned"))
+    inside = [n for i, n in enumerate(planned) if i % 4]  # steps 1-3 of each block
+    assert len(planned) == 12 and inside and set(inside) == {0}, planned
+    assert all(n >= 1 for i, n in enumerate(planned) if i % 4 == 0)  # the block's start
+    every, same = _reads_per_step(tiny_denoiser, settings, LoopRules(expected_length=False, reads="every-step"))
+    assert same.final_ids == frame.final_ids and set(every) - {0} == {1, 2}
+
+
+def test_the_threshold_schedule_reads_one_step_late_and_ends_where_it_did(tiny_denoiser):
+    from sharpen.core.loops import LoopRules
+    from sharpen.core.settings import Sampling
+
+    settings = Sampling(block_size=8)
+    planned, frame = _reads_per_step(tiny_denoiser, settings, LoopRules(expected_length=False, reads="planned"))
+    every, same = _reads_per_step(tiny_denoiser, settings, LoopRules(expected_length=False, reads="every-step"))
+    assert frame.final_ids == same.final_ids
+    assert max(planned) <= 2 and len(planned) <= len(every) + 3  # at most one idle step per block (3 blocks)
+
+
+def test_counter_noise_is_uniform_and_a_function_of_its_keys():
+    from sharpen.kernels import reference as R
+
+    keys = R.row_keys(torch.tensor(R.seed_key(7)), torch.tensor(3), torch.arange(64))
+    u = R.counter_uniform(keys, 4096)  # [64, 4096] float64
+    assert u.dtype == torch.float64 and 0 < u.min() and u.max() < 1
+    assert abs(u.mean() - 0.5) < 0.005 and abs(u.var() - 1 / 12) < 0.002
+    counts = torch.histc(u.float(), bins=16, min=0, max=1)  # chi-square over 16 bins, 15 degrees of freedom
+    assert ((counts - u.numel() / 16) ** 2 / (u.numel() / 16)).sum() < 37.7  # p = 0.001
+    assert torch.equal(u, R.counter_uniform(keys.clone(), 4096))  # no hidden state
+    other_step = R.counter_uniform(R.row_keys(torch.tensor(R.seed_key(7)), torch.tensor(4), torch.arange(64)), 4096)
+    other_seed = R.counter_uniform(R.row_keys(torch.tensor(R.seed_key(8)), torch.tensor(3), torch.arange(64)), 4096)
+    assert (u != other_step).float().mean() > 0.999 and (u != other_seed).float().mean() > 0.999
+    assert abs(torch.corrcoef(torch.stack([u[0], u[1]]))[0, 1]) < 0.05  # neighbouring rows unrelated
+    assert R.mix32(123456789) == int(R.mix32(torch.tensor(123456789)))  # host and device agree
+
+
+def test_same_seed_same_result_through_the_counter_noise(tiny_denoiser):
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+
+    spans = [Span(4, 7), Span(48, 48, max_tokens=10)]
+    for settings in (Sampling(temperature=1.2, seed=11, samples=2), Sampling(policy="random", temperature=0.7, seed=3)):
+        first = apply_edit(tiny_denoiser, TEXT, spans, settings)
+        assert apply_edit(tiny_denoiser, TEXT, spans, settings).samples == first.samples
+    seeds = {apply_edit(tiny_denoiser, TEXT, spans, Sampling(temperature=1.2, seed=s)).text for s in range(4)}
+    assert len(seeds) > 1
+
+
+def test_the_sampler_draws_no_generator_inside_a_step(tiny_denoiser, monkeypatch):
+    # A generator inside the step breaks a compiled graph; the step's draws are counter-based.
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+    from sharpen.kernels import reference as R
+
+    def no_generator(*args, **kwargs):
+        raise AssertionError("a generator draw inside a step")
+
+    monkeypatch.setattr(R, "gumbel_noise", no_generator)
+    monkeypatch.setattr(torch, "rand", no_generator)
+    result = apply_edit(tiny_denoiser, TEXT, [Span(48, 48, max_tokens=10)], Sampling(temperature=1.0, policy="random", seed=2))
+    assert result.steps > 1

@@ -12,9 +12,19 @@ whole canvas and keeps every layer's keys and values; later steps of a block rec
 the block (dual) or the block and what follows it (prefix) against that cache. At a new
 block, `refresh="canvas"` runs the whole canvas again (Fast-dLLM; released checkpoints'
 default); `refresh="block"` (the embedded model's) recomputes only the finished block, whose
-keys and values went stale when its masks became tokens, together with the new one. Only the block's rows are projected to the vocabulary. Frames keep device
-tensors and turn into Python lists only when read, so a consumer that only wants the
-result costs one host sync per step (the "block finished?" check).
+keys and values went stale when its masks became tokens, together with the new one. Only the block's rows are projected to the vocabulary.
+
+Host reads ("is anything left to fill in this block?"; on a GPU each read stalls the launch
+queue until the device catches up). On a CPU, where a read costs nothing, the loop asks before
+every step. On CUDA (LoopRules.reads "planned") it asks once per block, at its start, and not
+at all inside a fixed-schedule block, whose quota fills it by its last step (a pad that ends a
+span early leaves the block's remaining steps with nothing to do); the threshold schedule may
+fill a block early, so it asks after every step, one step late: the flag is copied to pinned
+memory behind the step and read after the next step is queued, so the queue never drains (a
+finished block costs one idle step). Frames keep device tensors
+and turn into Python lists only when a consumer reads them. Random draws are hashes of
+(seed, step, row, token) (kernels/reference.py counter_uniform): no generator state, so the
+same seed gives the same result on every path and a captured graph may hold the draw.
 """
 from __future__ import annotations
 
@@ -26,6 +36,7 @@ from typing import Callable, Iterator
 import torch
 
 from ...kernels import step as kernels
+from ...kernels.reference import row_keys, seed_key
 from ..canvas import Canvas
 from ..denoiser import DenoiserLike
 from ..errors import UsageError
@@ -33,6 +44,7 @@ from ..settings import Sampling
 from .frame import Frame, slot_states
 
 REWRITE_ORDERS = ("confidence", "random")
+READS = ("auto", "every-step", "planned")
 
 
 @dataclass(frozen=True)
@@ -49,10 +61,13 @@ class LoopRules:
     pad_ends_span: bool = True  # infill: a committed pad/eos ends the span, masked slots after it become pad
     defer_end: bool = True  # commit content before pad/eos proposals; pads commit once only pads are proposed
     expected_length: bool = True  # infill: first pad the slots past the model's expected span length (see _expected_lengths)
+    reads: str = "auto"  # "block finished?" reads: before every step, or planned (see the module's notes); auto: planned on CUDA
 
     def __post_init__(self) -> None:
         if self.rewrite_order not in REWRITE_ORDERS:
             raise ValueError(f"unknown rewrite order {self.rewrite_order!r}; known: {', '.join(REWRITE_ORDERS)}")
+        if self.reads not in READS:
+            raise ValueError(f"unknown read policy {self.reads!r}; known: {', '.join(READS)}")
 
 
 def _plan(spans: list[range], settings: Sampling, device) -> list[tuple[torch.Tensor, int, list[int]]]:
@@ -97,7 +112,13 @@ def denoise(
         raise UsageError(str(exc)) from None
     use_cache = settings.cache != "none" and denoiser.supports_cache
     banned = denoiser.banned_ids.to(device)
-    generator = torch.Generator(device=device).manual_seed(settings.seed)
+    generator = torch.Generator(device=device).manual_seed(settings.seed)  # once per run: the random rewrite order
+    # Counter-based draws (no generator inside the steps): the run's key and a step counter on
+    # the device, advanced in place, so no step bakes its number into a graph.
+    draws = settings.temperature > 0.0 or settings.policy == "random"
+    run_key = torch.tensor(seed_key(settings.seed), dtype=torch.long, device=device)
+    step_key = torch.zeros((), dtype=torch.long, device=device)
+    planned = rules.reads == "planned" or (rules.reads == "auto" and device.type == "cuda")
     if canvas.rows:  # candidates: each row its own start, each sampled `samples` times
         x = torch.tensor(canvas.rows, device=device).repeat_interleave(settings.samples, dim=0)  # [B, T]
     else:
@@ -142,16 +163,26 @@ def denoise(
         opening_rows = torch.tensor(opening_rows, device=device)[:, None] if opening_rows else None  # [F, 1]
         final_step = 2 * block_steps - 1 if rules.remask_below else block_steps - 1
         generated = torch.zeros(B, len(block), dtype=torch.bool, device=device)  # committed here, so re-maskable
+        block_rows = (torch.arange(B, device=device)[:, None] * T + block).reshape(-1)  # [B*P] each row's place, for its draws
+        with torch.inference_mode():
+            if not bool((x[:, block] == mask_id).any()):  # at its start: already filled (pads)?
+                continue
+        # Inside the block, when planned: no reads with the fixed schedule; the threshold schedule
+        # (and error correction, which re-masks) may finish early, so they ask after every step.
+        asks = not planned or settings.schedule == "threshold" or rules.remask_below
+        finished = _Finished(device, lag=1 if planned else 0) if asks else None
         for block_step in range(final_step + 1):
             if should_stop():
                 return
+            if finished is not None and finished.done():
+                break
             # Inference mode for the step's bookkeeping too: on a CPU, where a step is some fifty
             # small ops, skipping autograd's dispatch keys is a measurable share of it.
             with torch.inference_mode():
                 tokens = x[:, block]  # [B, P]
                 active = tokens == mask_id  # [B, P]
-                if not bool(active.any()):  # the one host sync per step
-                    break
+                step_key += 1
+                noise_keys = row_keys(run_key, step_key, block_rows) if draws else None  # [B*P]
                 last = block_step == final_step
                 if not use_cache:
                     logits = denoiser.logits(x, want=block)  # [B, P, V]
@@ -174,7 +205,7 @@ def denoise(
                     logits[:, opening_rows, end_ids] = float("-inf")
                 proposal, p_token, ranking = kernels.propose_and_score(
                     logits.reshape(-1, V), settings.temperature, settings.top_k, settings.top_p, settings.policy, generator, impl,
-                    active.reshape(-1), denoiser.spec.tempered_scores,
+                    active.reshape(-1), denoiser.spec.tempered_scores, noise_keys,
                 )
                 proposal, p_token, ranking = (t.view(B, -1) for t in (proposal, p_token, ranking))  # [B, P]
                 steps_left = 1 if last else max(1, block_steps - block_step)
@@ -195,10 +226,46 @@ def denoise(
                 confidence[:, block] = torch.where(commit | (still & active), p_token, block_conf)
                 if rules.pad_ends_span and end_ids.numel():
                     _pad_after_end(x, infill_slots, end_ids, mask_id, denoised, guesses)
+                if finished is not None:
+                    finished.note(x[:, block] == mask_id)
             step += 1
             yield frame(step, total)
         previous_host = block_host
     yield frame(step, total, done=True)
+
+
+class _Finished:
+    """Whether a block has no masks left, asked after every step of it (see the module's notes).
+
+    With lag 0 the answer is read at once. Planned (lag 1), each step's flag is copied (on CUDA,
+    to pinned host memory behind the step) and `done` reads the flag of the step before the last one queued:
+    by then that copy has landed (its event has passed) while the last step still runs, so the
+    queue never drains. The price is one step that finds nothing to do.
+    """
+
+    def __init__(self, device: torch.device, lag: int) -> None:
+        self.lag = lag  # steps between a flag's step and its read: 0 at once, 1 planned
+        self.pinned = lag > 0 and device.type == "cuda"
+        self.flags: list[tuple[torch.Tensor, object]] = []  # per step: (masks left?, its copy's event)
+
+    def note(self, masked: torch.Tensor) -> None:
+        left = masked.any()  # on the device
+        if not self.pinned:
+            self.flags.append((left, None))
+            return
+        host = torch.empty((), dtype=torch.bool, pin_memory=True)
+        host.copy_(left, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self.flags.append((host, event))
+
+    def done(self) -> bool:
+        if len(self.flags) <= self.lag:
+            return False
+        left, event = self.flags.pop(0)
+        if event is not None:
+            event.synchronize()  # the copy behind an earlier step: passed long ago
+        return not bool(left)
 
 
 def _commits(proposal, p_token, ranking, active, steps_left: int, end_ids, settings: Sampling, rules: LoopRules, impl):
