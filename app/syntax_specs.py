@@ -7,7 +7,8 @@
     block@L[:C]   the smallest block around L:C
     func@L[:C]    the smallest function around L:C
 
-Without a column, the position is the first non-blank character of line L. The language
+Without a column, the position is the first character of line L, from its first non-blank one
+on, that has such a node (`expr@6` on `return "FizzBuzz"` is the string). The language
 comes from the file name (pygments), else from the content; without a grammar, `body@L`
 is the paragraph at L and the others the line at L. Imports no torch and no textual.
 """
@@ -36,14 +37,16 @@ def syntax_range(item: str, text: str, index, path: str | None = None) -> tuple[
     if column is None:
         start = index.offset(line, 1, label)
         content = text[start:start + index.lengths[line - 1]]
-        cursor = start + len(content) - len(content.lstrip())
+        first = start + len(content) - len(content.lstrip())
+        cursors = [first] + [start + i for i in range(first - start + 1, len(content)) if not content[i].isspace()]
     else:
-        cursor = index.offset(line, int(column), label)
+        cursors = [index.offset(line, int(column), label)]
     doc = syntax.parse_document(text, path=None if path in (None, "-") else str(path))
-    if form == "body":
-        found = syntax.body_range(doc, cursor)
-    else:
-        found = syntax.enclosing(doc, cursor, cursor, FORMS[form])
+    found = None
+    for cursor in cursors:  # a line's first word may have no such node ("return" is no expression)
+        found = syntax.body_range(doc, cursor) if form == "body" else syntax.enclosing(doc, cursor, cursor, FORMS[form])
+        if found is not None:
+            break
     if found is None:
         raise SpanError(f"span {label}: no {form} at line {line} ({doc.language})")
     return found

@@ -150,6 +150,14 @@ _TELLTALES = {
 }
 
 
+def telltale_language(line: str) -> str | None:
+    """The one language a single line gives away ("def main():" is Python, "function f() {"
+    JavaScript), or None when it matches none or several. Weaker than detect_language's two
+    telltales: for a buffer being typed, whose first line decides how its first Enter indents."""
+    found = [name for name, pattern in _TELLTALES.items() if pattern.match(line)]
+    return found[0] if len(found) == 1 else None
+
+
 @lru_cache(maxsize=None)
 def grammar(name: str):
     """The tree-sitter Language for a grammar name, or None (no grammar, or its package missing)."""
@@ -251,8 +259,14 @@ def is_statement(node) -> bool:
     return node.is_named and (node.type.endswith(_STATEMENT_SUFFIXES) or (parent is not None and is_block(parent)))
 
 
+# Pieces of a literal that grammars name (Python's string_start / string_content / string_end,
+# JavaScript's string_fragment, escape sequences): parts of an expression, never one by themselves.
+_LITERAL_PARTS = ("_start", "_end", "_content", "_fragment", "escape_sequence")
+
+
 def is_expression(node) -> bool:
-    return node.is_named and not is_statement(node) and not is_block(node) and node.type != "comment"
+    return (node.is_named and not is_statement(node) and not is_block(node) and node.type != "comment"
+            and not node.type.endswith(_LITERAL_PARTS))
 
 
 ROLES = {"function": is_function, "block": is_block, "statement": is_statement, "expression": is_expression, "node": lambda n: n.is_named}

@@ -21,11 +21,13 @@ from textual.theme import BUILTIN_THEMES, Theme
 from textual.widgets import Footer, TabbedContent, TabPane, TextArea
 
 from ...core.errors import SharpenError, UsageError
+from ...core.syntax import telltale_language
 from ..config import Config
 from . import file_actions
 from .buffer_file import BufferFile, language_for
 from .palette import EXTRA_KEYS, PALETTE, PaletteProvider, key_label
 from .confirm_screen import ConfirmScreen
+from .editor_area import EditorArea
 from .editor_pane import IDLE, PREVIEW, RUNNING, EditorPane
 from .help_screen import HelpScreen
 from .key_order import KeyOrder
@@ -71,6 +73,7 @@ class SharpenApp(App):
     TabbedContent > ContentSwitcher { height: 1fr; }
     TabPane { padding: 0; height: 1fr; }
     EditorPane { height: 1fr; }
+    ToastRack { margin-bottom: 2; }  /* toasts above the status bar and the footer, never over them */
     """
 
     def __init__(self, files: list[Path], config: Config = Config(), themes: dict[str, LoadedTheme] | None = None,
@@ -129,6 +132,11 @@ class SharpenApp(App):
         if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded and await self.key_order.take(event):
             return
         await super().on_event(event)
+
+    def before_enter(self, editor: EditorArea) -> None:
+        """KeyOrder calls this before an Enter reaches an editor (the keys before it handled)."""
+        if isinstance(editor.parent, EditorPane):
+            self._follow_untitled_language(editor.parent, now=True)
 
     async def forward_key(self, event: events.Event) -> None:
         """Textual's own handling of a key or paste (KeyOrder replays held ones through it)."""
@@ -278,6 +286,7 @@ class SharpenApp(App):
         self.push_screen(ConfirmScreen(question, choices), answered)
 
     def on_editor_pane_saved(self, message: EditorPane.Saved) -> None:
+        message.pane.disk_notice = ""  # the file now holds the buffer (an Overwrite included): nothing changed on disk
         self.recovery.recovery_saved(message.pane, message.old_path)
         self.refresh_tab_label(message.pane)
         self.update_status()
@@ -292,17 +301,20 @@ class SharpenApp(App):
 
     # -- palette, keys, status ----------------------------------------------------------
 
-    def _follow_untitled_language(self, pane: EditorPane) -> None:
+    def _follow_untitled_language(self, pane: EditorPane, now: bool = False) -> None:
         """An untitled buffer's language follows what is typed into it (checked at most once a
-        second, from two lines on): the highlighting and the syntax commands then agree."""
+        second, from two lines on; `now`: at once, as before an Enter, whose auto-indent needs
+        it): the highlighting, auto-indent and the syntax commands then agree."""
         editor = pane.editor
-        now = time.monotonic()
-        if editor.buffer.path is not None or editor.language is not None or editor.document.line_count < 2:
+        if editor.buffer.path is not None or editor.language is not None:
             return
-        if now - getattr(pane, "_language_checked", 0.0) < 1.0:
+        if not now and (editor.document.line_count < 2 or time.monotonic() - getattr(pane, "_language_checked", 0.0) < 1.0):
             return
-        pane._language_checked = now
+        pane._language_checked = time.monotonic()
         language = language_for(None, editor.text, editor.available_languages)
+        if language is None and now:  # one typed line, about to get its Enter: its telltale is enough
+            language = telltale_language(editor.document.lines[editor.selection.end[0]])
+            language = language if language in editor.available_languages else None
         if language is not None:
             selection, editor.language = editor.selection, language  # a new language reloads the document
             editor.selection = selection

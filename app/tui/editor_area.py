@@ -31,6 +31,22 @@ def indent_type_of(text: str) -> str:
     return "tabs" if tabs > sum(line.startswith(" ") for line in lines) else "spaces"
 
 
+def indent_width_of(text: str, default: int = 4) -> int:
+    """The indent unit of a space-indented text: the commonest step by which a line's indentation
+    grows over the line before it (2 in most JavaScript, 4 in Python); `default` when none."""
+    steps: dict[int, int] = {}
+    previous = 0
+    for line in text.splitlines()[:5000]:  # enough lines to decide, bounded on huge files
+        if not line.strip() or line.startswith("\t"):
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        if indent > previous:
+            steps[indent - previous] = steps.get(indent - previous, 0) + 1
+        previous = indent
+    found = [step for step in steps if 2 <= step <= 8]
+    return max(found, key=lambda step: (steps[step], -step)) if found else default
+
+
 def pasted_text(text: str) -> str:
     """A paste with its CRLF and CR line breaks as LF, the break every document splits at."""
     return text.replace("\r\n", "\n").replace("\r", "\n")
@@ -63,10 +79,12 @@ class EditorArea(TextArea):
         # decide the language first, build the document once here (one parse, one wrap) and set
         # `language` without its watcher (which would build it again).
         super().__init__("", soft_wrap=soft_wrap, tab_behavior="indent", show_line_numbers=True, **kwargs)
+        self.indent_type = indent_type_of(buffer.original)
+        if self.indent_type == "spaces":  # Enter, Tab and Backspace step by the file's own unit
+            self.set_reactive(TextArea.indent_width, indent_width_of(buffer.original, self.indent_width))
         language = language_for(buffer.path, buffer.original, self.available_languages)
         self._set_document(buffer.original, language)
         self.set_reactive(EditorArea.language, language)
-        self.indent_type = indent_type_of(buffer.original)
         self.buffer = buffer
         self.saved_lines = list(self.document.lines)
         self.marks: list[tuple[int, int]] = []  # sorted, non-overlapping [start, end) offsets

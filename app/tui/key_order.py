@@ -16,7 +16,9 @@ KeyOrder sits in the app's own key handling (SharpenApp.on_event) and keeps one 
 - while a prompt is up, its keys are applied to it here, and Enter submits it (and runs the
   prompt's answer) before the next key: the keys after it go where they would have gone had
   they been typed a second later;
-- a dialog that was just opened gets the keys once it is on screen.
+- a dialog that was just opened gets the keys once it is on screen;
+- before an Enter in a buffer with no language yet (untitled), the language is decided from
+  the text typed so far, so the Enter's auto-indent follows it.
 """
 from __future__ import annotations
 
@@ -80,6 +82,10 @@ class KeyOrder:
         if isinstance(screen, PromptScreen):
             return await screen.take_key(event)
         focused = app.focused
+        if isinstance(focused, EditorArea) and event.key == "enter" and focused.language is None and focused.buffer.path is None:
+            await drained(focused)  # "def main():" typed into an untitled buffer: its language
+            app.before_enter(focused)  # is decided before the Enter that auto-indents by it
+            return False
         if not isinstance(focused, EditorArea) or not self._runs_a_binding(focused, event):
             return False
         await drained(focused)  # every key typed before this one is in the buffer first

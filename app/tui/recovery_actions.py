@@ -38,6 +38,18 @@ IDLE_SECONDS = 4.0  # typing stopped this long: write recovery (Vim: 4 s)
 WATCH_SECONDS = 2.0  # how often open files are checked on disk (mtime and size only)
 
 
+def shown_path(entry: RecoveryEntry) -> str:
+    """Where a recovered buffer belongs, with its directory: two files of one name (src/a.py,
+    tests/a.py) are told apart. Relative to the working directory when inside it, else from ~."""
+    path = entry.path.parent if entry.untitled else entry.path
+    try:
+        shown = str(path.relative_to(Path.cwd())) if path != Path.cwd() else "."
+    except ValueError:
+        home = Path.home()
+        shown = "~/" + str(path.relative_to(home)) if path.is_relative_to(home) else str(path)
+    return f"untitled (started in {shown})" if entry.untitled else shown
+
+
 class RecoveryKeeper:
     """Writes the app's unsaved buffers to the recovery store and offers entries back.
 
@@ -227,7 +239,7 @@ class RecoveryKeeper:
         entries = [e for e in self.crashed_entries() if e.untitled or e.path not in open_paths]
         if not entries:
             return False
-        names = ", ".join(("untitled" if e.untitled else e.path.name) + f" ({len(e.text.splitlines())} lines)" for e in entries[:6])
+        names = ", ".join(shown_path(e) + f" ({len(e.text.splitlines())} lines)" for e in entries[:6])
         more = f" and {len(entries) - 6} more" if len(entries) > 6 else ""
         question = (f"sharpen did not close cleanly last time: unsaved work in {len(entries)} buffer(s) was kept: {names}{more}. "
                     "Restore them into buffers (nothing is written until you save)?")
