@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -195,7 +197,13 @@ def dispatch(model: Transformer, device_map: dict[str, int | str]) -> Transforme
     try:
         model = dispatch_model(model, device_map=dict(device_map), main_device=main_arg, offload_dir=offload_dir)
     except (RuntimeError, ValueError) as exc:
+        if offload_dir is not None:
+            shutil.rmtree(offload_dir, ignore_errors=True)
         raise ModelError(f"cannot place the model on {sorted(set(map(str, device_map.values())))}: {str(exc).splitlines()[0]}") from None
+    if offload_dir is not None:
+        # accelerate re-opens the offloaded weights' files at every pass, so they live as long as the
+        # model; then (or at exit) they go: a model's worth of gigabytes per run was left in $TMPDIR.
+        weakref.finalize(model, shutil.rmtree, offload_dir, ignore_errors=True)
     # Each layer's cache lives where the layer runs, and the denoiser calls `hidden` /
     # `project` rather than forward (which accelerate's top-level hook covers): the
     # backbone reads both from these two attributes.

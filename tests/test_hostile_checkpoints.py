@@ -290,3 +290,18 @@ def test_banned_ids_read_the_added_tokens_once(tiny_model_dir, monkeypatch):
     banned = banned_token_ids(denoiser.tokenizer, denoiser.spec, denoiser.model.cfg.vocab_size).tolist()
     assert len(calls) <= 2 and denoiser.spec.mask_id in banned
     assert denoiser.spec.eos_id not in banned
+
+
+def test_disk_offload_leaves_nothing_behind(tiny_model_dir, tmp_path, monkeypatch):
+    """F12: the offloaded weights' directory goes with the model (and at exit), not left in $TMPDIR."""
+    import gc
+    import tempfile
+
+    from sharpen.core.loading import load_denoiser
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    denoiser = load_denoiser(tiny_model_dir, device_map={"embed": "cpu", "layers.0": "disk", "layers.1": "disk", "norm": "cpu", "output": "cpu"})
+    assert list(tmp_path.glob("sharpen-offload-*"))
+    del denoiser
+    gc.collect()
+    assert not list(tmp_path.glob("sharpen-offload-*"))
