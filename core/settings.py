@@ -180,6 +180,9 @@ CACHES = ("none", "prefix", "dual")
 REFRESHES = ("canvas", "block")
 KERNELS = ("auto", "reference", "triton")
 LENGTHS = ("fixed", "adaptive")
+# Models that edit their own committed tokens (LLaDA2.1, core/loops/editing.py): the release's two
+# modes (quality: threshold 0.7, editing 0.5; speed: 0.5, 0.0), or no editing.
+EDITING = ("quality", "speed", "off")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 
@@ -209,6 +212,8 @@ class Sampling(Request):
     seed: int = setting(0, "random seed (same seed, same result)", low=0, high=2**64 - 1, metavar="S")
     # Alternatives are one batch: more would only run out of memory.
     samples: int = setting(1, "alternatives denoised together (best first)", low=1, high=64, metavar="N")
+    # LLaDA2.1's default is its quality mode; speed commits and edits more per step.
+    editing: str = setting("quality", "models that edit their own tokens (LLaDA2.1): quality (0.7 / 0.5), speed (0.5 / 0.0), or off", choices=EDITING)
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,9 @@ class Frame:
     sample_scores: tuple[float, ...] | None = None  # done only: mean log-probability of each sample's slots
     final_confidence: tuple[tuple[tuple[float, ...], ...], ...] | None = None  # done only: [sample][span] per-slot probability
     _replaced: torch.Tensor | None = field(default=None, repr=False)  # [T] the id an EDITED position held before
+    # done only, loops that edit their own tokens (core/loops/editing.py): per span, (mask-to-token
+    # commits, token-to-token edits) of the first sample, for --json and the status line.
+    edit_counts: tuple[tuple[int, int], ...] | None = None
 
     @cached_property
     def spans(self) -> tuple[SpanState, ...]:
