@@ -33,14 +33,27 @@ FORMAT = 2  # bump when the JSON layout changes; unknown versions are skipped, n
 SUFFIX = ".recovery.json"
 
 
-def _start_ticks(pid: int) -> str:
-    """When process `pid` started (Linux: /proc/PID/stat field 22), so a reused pid is not mistaken
-    for the editor that wrote an entry; "" where the system does not say."""
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (Linux); [] where the system does not say."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat_file:
-            return stat_file.read().rsplit(")", 1)[1].split()[19]
+            return stat_file.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return ""
+        return []
+
+
+def _start_ticks(pid: int) -> str:
+    """When process `pid` started (field 22), so a reused pid is not mistaken for the editor that
+    wrote an entry; "" where the system does not say."""
+    fields = _stat(pid)
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _exited(pid: int) -> bool:
+    """A zombie (Z) or dead (X) process: killed (kill -9) but not yet reaped by its parent, so
+    os.kill(pid, 0) still succeeds. Its buffers are as orphaned as a vanished process's."""
+    fields = _stat(pid)
+    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def new_session() -> str:
@@ -62,6 +75,8 @@ def session_alive(session: str) -> bool:
         return False
     except PermissionError:
         pass  # alive, another user's
+    if _exited(pid):
+        return False
     return not ticks or _start_ticks(pid) in ("", ticks)
 
 
@@ -123,6 +138,19 @@ def encode_entry(entry: RecoveryEntry) -> bytes:
     return json.dumps(payload, ensure_ascii=True).encode("ascii")
 
 
+LATEST_TIME = 253402300799.0  # 9999-12-31: the last second time.localtime formats everywhere
+
+
+def _saved_at(value) -> float:
+    """The entry's write time; 0 (unknown) when it is not a finite time a clock can format. A bad
+    time never makes the entry unreadable: the text is what matters."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return seconds if 0.0 <= seconds <= LATEST_TIME else 0.0  # NaN fails both comparisons
+
+
 def decode_entry(data: bytes, file: Path | None = None) -> RecoveryEntry:
     """Recovery bytes -> entry; anything malformed is a ValueError."""
     payload = json.loads(data.decode("ascii"))
@@ -136,7 +164,7 @@ def decode_entry(data: bytes, file: Path | None = None) -> RecoveryEntry:
             path=Path(payload["path"]),
             text=payload["text"],
             bom=bool(payload.get("bom", False)),
-            saved_at=float(payload.get("saved_at", 0.0)),
+            saved_at=_saved_at(payload.get("saved_at", 0.0)),
             original_mtime_ns=_optional_int(payload.get("original_mtime_ns")),
             original_size=_optional_int(payload.get("original_size")),
             original_digest=payload.get("original_digest") if isinstance(payload.get("original_digest"), str) else None,

@@ -5,6 +5,7 @@ Saves check the file's content on disk (core.files); unsaved buffers go to the r
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -161,3 +162,38 @@ async def test_opening_a_file_with_recovery_offers_restore_with_one_undo_step(ex
 # -- syntax: selections and Fill body ------------------------------------------------------
 
 
+
+
+@pytest.mark.parametrize("saved_at", [1e300, float("nan"), -5.0, "soon"])
+async def test_a_recovery_entry_with_a_time_no_clock_can_show_is_still_offered(example, recovery_dir, saved_at):
+    """A hand-edited or corrupted saved_at crashed every start (time.localtime); the text is what matters."""
+    store = RecoveryStore(recovery_dir, session=CRASHED)
+    written = store.save(example, "recovered = 1\n" + example.read_text(), original=read_text_file(example))
+    payload = json.loads(written.read_text())
+    payload["saved_at"] = saved_at
+    written.write_text(json.dumps(payload))  # json writes NaN as NaN, which Python reads back
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "of an unknown time" in app.screen.question
+        await pilot.click("#restore")
+        editor = app.active_pane().editor
+        await wait_for(pilot, lambda: editor.buffer_text.startswith("recovered = 1"))
+
+
+async def test_restoring_a_lone_surrogate_keeps_the_editor_and_the_file(example, recovery_dir):
+    """Recovery keeps a typed lone surrogate on purpose; the syntax document took it to tree-sitter
+    with a strict encode and crashed. Restored, it is shown; a save refuses it in one line."""
+    disk = example.read_bytes()
+    RecoveryStore(recovery_dir, session=CRASHED).save(example, "s = '\udc80'\n" + example.read_text(), original=read_text_file(example))
+    app = make_app([example])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.click("#restore")
+        editor = app.active_pane().editor
+        await wait_for(pilot, lambda: editor.buffer_text.startswith("s = '\udc80'"))
+        await pilot.press("end", "enter", "x")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert app.is_running and "surrogate" in notices(app)
+    assert example.read_bytes() == disk

@@ -362,3 +362,25 @@ def test_100k_line_file_infills_in_place_with_a_bounded_window(tmp_path, tiny_mo
     tail = lines[49_999][19:].encode() + "".join(lines[50_000:]).encode()
     assert new.startswith(head) and new.endswith(tail) and len(new) <= len(head) + len(tail) + 64
     assert seen and max(seen) <= 256 + 4 + 8  # the window, not the file
+
+
+def test_a_killed_editor_left_as_a_zombie_is_not_alive():
+    """kill -9 leaves the editor a zombie until its parent reaps it: os.kill(pid, 0) still works,
+    and restarting right away offered nothing. State Z counts as exited."""
+    import subprocess
+    import time as clock
+
+    from sharpen.app.recovery import _start_ticks, session_alive
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        session = f"{child.pid}-{_start_ticks(child.pid)}-0"
+        assert session_alive(session)
+        child.kill()
+        for _ in range(100):  # not reaped: a zombie
+            if open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+            clock.sleep(0.01)
+        assert not session_alive(session)
+    finally:
+        child.wait()

@@ -25,6 +25,13 @@ LINE_BREAK = re.compile(r"\r\n|\n")
 CR_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # a file with CR line endings (classic Mac)
 
 
+def utf8(text: str) -> bytes:
+    """The bytes tree-sitter parses. A lone surrogate (typed, or restored from recovery, which
+    keeps one on purpose) encodes as its three bytes instead of raising: the parser reads it as
+    invalid UTF-8, and saving still refuses it with a plain line (core/files.py)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
 def line_break(text: str, cr_file: bool | None = None) -> re.Pattern:
     """The breaks of `text`; `cr_file` None decides from the text itself (CR, and no LF)."""
     if cr_file is None:
@@ -116,15 +123,19 @@ class StrictSyntaxDocument(SyntaxAwareDocument, StrictDocument):
         self.language = language
         self._parser = Parser(language)
         newline = self.newline
-        self._line_bytes = [len(line.encode("utf-8")) for line in self._lines]  # without the newline
-        self._source = bytearray((newline.join(self._lines) + newline).encode("utf-8"))
+        self._line_bytes = [len(utf8(line)) for line in self._lines]  # without the newline
+        self._source = bytearray(utf8(newline.join(self._lines) + newline))
         self._syntax_tree = self._parser.parse(bytes(self._source))
 
     def _location_to_byte_offset(self, location: Location) -> int:
         row, column = location
         lines = self._lines
         above = sum(self._line_bytes[:row]) + row * len(self.newline)
-        return above + (len(lines[row][:column].encode("utf-8")) if row < len(lines) else 0)
+        return above + (len(utf8(lines[row][:column])) if row < len(lines) else 0)
+
+    def _location_to_point(self, location: Location) -> tuple[int, int]:
+        row, column = location  # Textual's, with the encoding that keeps a lone surrogate
+        return row, (len(utf8(self._lines[row][:column])) if row < len(self._lines) else 0)
 
     def replace_range(self, start: Location, end: Location, text: str) -> EditResult:
         top, bottom = sorted((start, end))
@@ -132,9 +143,9 @@ class StrictSyntaxDocument(SyntaxAwareDocument, StrictDocument):
         start_point, old_end_point = self._location_to_point(top), self._location_to_point(bottom)
         result = StrictDocument.replace_range(self, start, end, text)
         end_location = result.end_location
-        self._line_bytes[top[0]:bottom[0] + 1] = [len(line.encode("utf-8")) for line in self._lines[top[0]:end_location[0] + 1]]
+        self._line_bytes[top[0]:bottom[0] + 1] = [len(utf8(line)) for line in self._lines[top[0]:end_location[0] + 1]]
         # The inserted text as the document holds it (its line breaks are the document's newline).
-        inserted = self.get_text_range(top, end_location).encode("utf-8")
+        inserted = utf8(self.get_text_range(top, end_location))
         self._source[start_byte:old_end_byte] = inserted
         self._syntax_tree.edit(
             start_byte=start_byte, old_end_byte=old_end_byte, new_end_byte=start_byte + len(inserted),

@@ -6,6 +6,7 @@ joined with '\\n' (what the engine sees), whatever the file's line endings are.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
 
 from textual.document._document import Location
@@ -20,7 +21,7 @@ from textual.document._syntax_aware_document import SyntaxAwareDocumentError
 
 from ...core.changes import ChangeSet
 from .buffer_file import BufferFile, language_for
-from .document import MeasuredWrappedDocument, StrictDocument, StrictSyntaxDocument
+from .document import MeasuredWrappedDocument, StrictDocument, StrictSyntaxDocument, utf8
 from .indent import KindAt, closing_dedent, dedent_to, newline_indent, splits_pair
 
 
@@ -45,6 +46,9 @@ def indent_width_of(text: str, default: int = 4) -> int:
         previous = indent
     found = [step for step in steps if 2 <= step <= 8]
     return max(found, key=lambda step: (steps[step], -step)) if found else default
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def pasted_text(text: str) -> str:
@@ -268,7 +272,7 @@ class EditorArea(TextArea):
         root = tree.root_node
 
         def kind(column: int) -> str:
-            byte = len(line[:column].encode("utf-8"))
+            byte = len(utf8(line[:column]))
             node = root.descendant_for_point_range((row, byte), (row, byte + 1))
             while node is not None and node != root:
                 name = node.type
@@ -406,6 +410,12 @@ class EditorArea(TextArea):
 
     def get_line(self, line_index: int):
         line = super().get_line(line_index)
+        if _SURROGATE.search(line.plain):
+            # A lone surrogate (typed, or restored from recovery) cannot be drawn nor encoded for
+            # the highlighter: it is shown as U+FFFD, which is one character and three UTF-8
+            # bytes like the surrogate in the syntax document (document.utf8), so every
+            # highlight offset still lands. The buffer keeps the surrogate; saving refuses it.
+            line.plain = _SURROGATE.sub("\ufffd", line.plain)
         ranges = self._mark_rows.get(line_index)
         if ranges:
             style = self.get_component_rich_style("editor-area--marked")

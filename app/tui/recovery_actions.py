@@ -215,8 +215,8 @@ class RecoveryKeeper:
                     split_endings(entry.text)[0] == split_endings(current or "")[0]:
                 self.recovery_store.discard_entry(entry)  # nothing it would change: the same lines
                 continue
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.saved_at))
-            question = f"{buffer.name} has unsaved changes from {when} that were never saved. Restore them into the buffer?"
+            when = time.strftime("from %Y-%m-%d %H:%M:%S", time.localtime(entry.saved_at)) if entry.saved_at else "of an unknown time"
+            question = f"{buffer.name} has unsaved changes {when} that were never saved. Restore them into the buffer?"
             if changed_since_recorded(entry, buffer.source):
                 question += " Note: the file on disk changed since then; restoring replaces its text in the buffer (nothing is written until you save)."
 
