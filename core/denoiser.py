@@ -14,6 +14,7 @@ import torch
 
 from .errors import ModelError
 from .model import FULL, Attend, KVCache, Transformer
+from .settings import PROMPT_FORMS
 from .tokenizer import Tokenizer
 
 # The kinds of denoising loop (core/loops/), one per way a model turns noise into text; a
@@ -23,6 +24,22 @@ from .tokenizer import Tokenizer
 # "block-causal": masks denoised block after block, each block sees only the blocks before it
 # through a read-only KV cache (SDAR, Fast-dLLM v2, LLaDA2).
 LOOPS = ("masked", "random-token", "block-causal")
+
+
+@dataclass(frozen=True)
+class BlockRule:
+    """How a block-causal release denoises, from its config.json and its reference generate loop."""
+
+    size: int  # tokens per block (config.json block_size / bd_size): bidirectional inside, causal across
+    threshold: float  # low-confidence-dynamic: every masked token above this commits, at least the scheduled share
+    prompt: str = "chat"  # the edit form the release documents (PROMPT_FORMS, not "auto")
+    edits: bool = False  # the release's decode edits its own committed tokens (LLaDA2.1: core/loops/editing.py)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.size, int) and self.size >= 1):
+            raise ValueError(f"block size {self.size!r} must be a whole number of at least 1")
+        if self.prompt not in PROMPT_FORMS[1:]:
+            raise ValueError(f"unknown prompt form {self.prompt!r}; known: {', '.join(PROMPT_FORMS[1:])}")
 
 
 @dataclass(frozen=True)
@@ -45,10 +62,13 @@ class ModelSpec:
     # whole-canvas refresh for released checkpoints; block refresh was measured only on the embedded model.
     default_refresh: str = "canvas"
     loop: str = "masked"  # which denoising loop runs this model (LOOPS)
+    block: BlockRule | None = None  # block-causal models only: block size, commit rule, prompt form
 
     def __post_init__(self) -> None:
         if self.loop not in LOOPS:
             raise ValueError(f"unknown loop kind {self.loop!r}; known: {', '.join(LOOPS)}")
+        if (self.loop == "block-causal") != (self.block is not None):
+            raise ValueError("a block-causal model needs a BlockRule, and only a block-causal model has one")
 
     def check(self, vocab_size: int) -> None:
         """Refuse specs that would silently corrupt a run (collisions, ids out of range)."""

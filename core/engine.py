@@ -21,6 +21,7 @@ from .errors import Cancelled, UsageError
 from .instruct import build_instruct_canvas, uses_chat
 from .length import AdaptiveLength, filled_up, next_budgets, start_budget
 from .newlines import match_newlines, newline_style
+from .prompted import prompt_canvas, prompt_form
 from .loops import Frame, LoopRules, run_loop, slot_room
 from .settings import LENGTHS, Editing, Sampling
 from .spans import Span, validate_spans
@@ -77,7 +78,7 @@ def check_instructions(denoiser: DenoiserLike, spans: list[Span]) -> None:
 
 def edit_options(editing: Editing, path: str | None = None) -> dict:
     """run_edit's keyword arguments for an Editing request (`path` names the language candidates parse)."""
-    options: dict = {"context_tokens": editing.context_tokens, "length": editing.length}
+    options: dict = {"context_tokens": editing.context_tokens, "length": editing.length, "prompt": editing.prompt}
     if editing.candidates > 1:
         options["candidates"] = plan_for_count(editing.candidates, path=path)
     return options
@@ -93,6 +94,7 @@ def run_edit(
     candidates: CandidatePlan | None = None,
     length: str = "fixed",
     rules: LoopRules = LoopRules(),
+    prompt: str = "auto",
 ) -> Iterator[EditFrame]:
     """Denoise all spans of `text` together in one canvas; the last EditFrame carries the result.
 
@@ -100,7 +102,8 @@ def run_edit(
     batch, ranked by parse validity, then confidence. `length="adaptive"` (core/length.py)
     re-runs with a longer canvas while a span fills up (the policy is core/length.py); its
     frames restart at step 0 per round. `rules` are the loop's own (core/loops/masked.py), for
-    the benchmarks and tests that measure them; no setting reaches them.
+    the benchmarks and tests that measure them; no setting reaches them. `prompt` (Editing.prompt):
+    how an edit reaches a block-causal model (core/prompted.py); other kinds ignore it.
     """
     if length not in LENGTHS:
         raise UsageError(f"unknown length policy {length!r}; known: {', '.join(LENGTHS)}")
@@ -108,9 +111,9 @@ def run_edit(
     check_instructions(denoiser, ordered)
     blanks = [leading_blank(text, s, ordered[i - 1].end if i else 0) for i, s in enumerate(ordered)]
     if length == "adaptive":
-        updates = _adaptive_runs(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules)
+        updates = _adaptive_runs(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules, prompt=prompt)
     else:
-        updates = run_once(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules)
+        updates = run_once(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules, prompt)
     for update in updates:
         if update.result is not None and any(blanks):
             update = EditFrame(update.frame, narrowed(update.result, text, ordered, blanks))
@@ -150,14 +153,21 @@ def narrowed(result: EditResult, text: str, ordered: list[Span], blanks: list[in
 
 def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: Sampling, context_tokens: int,
              should_stop: Callable[[], bool], candidates: CandidatePlan | None = None,
-             rules: LoopRules = LoopRules()) -> Iterator[EditFrame]:
+             rules: LoopRules = LoopRules(), prompt: str = "auto") -> Iterator[EditFrame]:
     """One denoising run over validated, sorted spans (run_edit's body; a round of the adaptive loop)."""
     tok, spec = denoiser.tokenizer, denoiser.spec
     pad = spec.pad_id if spec.pad_id is not None else spec.eos_id
     row_lengths = None
     if spec.loop == "random-token" and candidates is not None:
         raise UsageError("--candidates needs a masked-diffusion model; this one starts from random tokens (use --samples for alternatives)")
-    if uses_chat(ordered):  # an instruction: the canvas is a chat turn (instruct.py)
+    if spec.loop == "block-causal":  # it cannot see text after its block: one prompt per span (prompted.py)
+        if candidates is not None:
+            raise UsageError("--candidates needs a masked-diffusion model; this one writes block by block (use --samples for alternatives)")
+        form = prompt_form(spec, prompt)
+        if form == "fim" and uses_chat(ordered):
+            raise UsageError("an instruction needs --prompt chat; fill-in-the-middle tokens have no place for it")
+        canvas = tuple(prompt_canvas(text, s, tok, spec, form, context_tokens, denoiser.max_len, settings.seed) for s in ordered)
+    elif uses_chat(ordered):  # an instruction: the canvas is a chat turn (instruct.py)
         canvas = build_instruct_canvas(text, ordered, tok, spec, context_tokens, denoiser.max_len)
     elif candidates is not None and pad is not None:
         wide, row_lengths = plan_canvas_spans(ordered, selected_tokens(text, ordered, tok), candidates)
@@ -204,7 +214,7 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
 
 def _adaptive_runs(denoiser, text: str, ordered: list[Span], settings: Sampling, context_tokens: int,
                    should_stop: Callable[[], bool], candidates=None, rules: LoopRules = LoopRules(),
-                   policy: AdaptiveLength = AdaptiveLength()) -> Iterator[EditFrame]:
+                   policy: AdaptiveLength = AdaptiveLength(), prompt: str = "auto") -> Iterator[EditFrame]:
     """Rounds of run_once with growing budgets (core/length.py's policy); only the last round's done frame is yielded.
 
     With a CandidatePlan the best candidate's length is the one judged and grown from, and
@@ -220,7 +230,7 @@ def _adaptive_runs(denoiser, text: str, ordered: list[Span], settings: Sampling,
     for round_ in range(policy.rounds):
         spans = [s if b is None else replace(s, max_tokens=b) for s, b in zip(ordered, budgets)]
         done = None
-        for update in run_once(denoiser, text, spans, settings, context_tokens, should_stop, candidates, rules):
+        for update in run_once(denoiser, text, spans, settings, context_tokens, should_stop, candidates, rules, prompt):
             if update.done:
                 done = update
             else:

@@ -174,6 +174,7 @@ def load_denoiser(
         tempered_scores=family.tempered_scores,
         default_refresh=family.default_refresh,
         loop=family.loop,
+        block=family.block_rule(config) if family.block_rule else None,
     )
 
     torch_device = torch.device(device)

@@ -180,6 +180,9 @@ CACHES = ("none", "prefix", "dual")
 REFRESHES = ("canvas", "block")
 KERNELS = ("auto", "reference", "triton")
 LENGTHS = ("fixed", "adaptive")
+# How an edit reaches a block-causal model, which cannot see the text after its block: the
+# release's documented form (auto), its chat template, or fill-in-the-middle tokens (core/prompted.py).
+PROMPT_FORMS = ("auto", "chat", "fim")
 # Models that edit their own committed tokens (LLaDA2.1, core/loops/editing.py): the release's two
 # modes (quality: threshold 0.7, editing 0.5; speed: 0.5, 0.0), or no editing.
 EDITING = ("quality", "speed", "off")
@@ -228,6 +231,9 @@ class Editing(Request):
     strength: float = setting(0.5, "rewrite: share of the span re-noised (0: none)", low=0.0, high=1.0, metavar="F")
     # A bare cursor has no selection to size the slots by; pad/eos trims what is not used.
     infill_tokens: int = setting(32, "slots for an infill at a bare cursor", low=1, high=4096, flag=False)
+    # Block-causal models (SDAR, Fast-dLLM v2) cannot see the text after a span: it reaches them
+    # through the prompt (core/prompted.py). auto: the form the release documents (docs/models.md).
+    prompt: str = setting("auto", "block-causal models: how the text around a span reaches them: the release's own form, its chat template, or fill-in-the-middle tokens", choices=PROMPT_FORMS)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ the backbone's attention policy (block-causal masks, read-only caches) is what b
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,31 +26,33 @@ def gemma(tmp_path_factory):
     return load_gemma(write_diffusion_gemma(tmp_path_factory.mktemp("gemma") / "tiny", canvas_length=32))
 
 
-def kind_models(tiny_denoiser, gemma) -> dict[str, object]:
-    return {"masked": tiny_denoiser, "random-token": gemma}
-
-
-def test_every_model_kind_holds_to_its_protocol_and_its_loop_yields_public_frames(tiny_denoiser, gemma):
+def test_every_model_kind_holds_to_its_protocol_and_its_loop_yields_public_frames(tiny_denoiser, gemma, sdar):
     from sharpen.core.canvas import build_canvas
+    from sharpen.core.prompted import prompt_canvas
     from sharpen.core.settings import Sampling
     from sharpen.core.spans import Span
 
-    models = kind_models(tiny_denoiser, gemma)
-    assert set(LOOP_PROTOCOLS) <= set(LOOPS) and set(models) == set(LOOP_PROTOCOLS)
+    models = {"masked": tiny_denoiser, "random-token": gemma, "block-causal": sdar}
+    assert set(LOOP_PROTOCOLS) == set(LOOPS) == set(models)
     text = "def f(x):\n    return x\n"
+    span = Span(10, 10, max_tokens=4)
     for kind, model in models.items():
         assert model.spec.loop == kind  # declared, not probed
         assert isinstance(model, LOOP_PROTOCOLS[kind]), kind
+        assert (model.spec.block is not None) == (kind == "block-causal")
         other = [k for k in LOOP_PROTOCOLS if k != kind and not isinstance(model, LOOP_PROTOCOLS[k])]
         assert other, f"the {kind} model would satisfy every protocol: the protocols do not tell kinds apart"
-        canvas = build_canvas(text, [Span(10, 10, max_tokens=4)], model.tokenizer, model.spec.mask_id, 64, model.max_len)
+        if kind == "block-causal":  # one prompt canvas per span (it cannot see the text after the span)
+            canvas = (prompt_canvas(text, span, model.tokenizer, model.spec, "chat", 64, model.max_len),)
+        else:
+            canvas = build_canvas(text, [span], model.tokenizer, model.spec.mask_id, 64, model.max_len)
         frames = list(run_loop(model, canvas, Sampling(steps=4, seed=1)))
         assert frames[-1].done and not any(f.done for f in frames[:-1])
         for frame in frames:
             assert frame.loop == kind
-            for span in frame.spans:
-                assert set(span.states) <= set(SLOT_STATES)
-                assert [t is None for t in span.tokens] == [s in ("masked", "noise") for s in span.states]
+            for state in frame.spans:
+                assert set(state.states) <= set(SLOT_STATES)
+                assert [t is None for t in state.tokens] == [s in ("masked", "noise") for s in state.states]
             assert frame.masked == sum(s in ("masked", "noise") for span in frame.spans for s in span.states)
         assert frames[0].masked == 4 and frames[-1].masked == 0
         assert frames[0].unsharp_name == ("noise" if kind == "random-token" else "masked")
@@ -148,3 +151,163 @@ def test_checkpoint_configs_route_by_kind(tmp_path):
     path = write_llada(tmp_path / "llada")
     config = json.loads((path / "config.json").read_text())
     assert families.route(config).loader == "backbone" and families.route(config).loop == "masked"
+
+
+# --- SDAR: the release layout, the logits of transformers' Qwen3, the loop of JetAstra/SDAR generate.py ---
+
+GOLDEN = json.loads((Path(__file__).parent / "golden" / "sdar_generate.json").read_text())
+TEXT = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"
+
+
+@pytest.fixture(scope="module")
+def sdar_dir(tmp_path_factory):
+    from block_checkpoints import write_sdar
+
+    return write_sdar(tmp_path_factory.mktemp("sdar") / "SDAR-8B-Chat-tiny")
+
+
+@pytest.fixture(scope="module")
+def sdar(sdar_dir):
+    from sharpen.core.loading import load_denoiser
+
+    return load_denoiser(sdar_dir)
+
+
+def test_sdar_loads_from_its_release_files_with_its_ids_and_block_rule(sdar_dir, sdar):
+    from block_checkpoints import SDAR_FILES
+
+    assert set(SDAR_FILES) <= {p.name for p in sdar_dir.iterdir()}
+    config = json.loads((sdar_dir / "config.json").read_text())
+    assert sdar.spec.family == "sdar" and sdar.spec.loop == "block-causal" and isinstance(sdar, LOOP_PROTOCOLS["block-causal"])
+    assert sdar.spec.mask_id == config["mask_token_id"] == sdar.tokenizer.token_id("<|MASK|>")
+    assert sdar.spec.eos_id == sdar.tokenizer.token_id("<|im_end|>") and sdar.spec.pad_id == sdar.tokenizer.token_id("<|endoftext|>")
+    assert sdar.spec.block.size == 4 and sdar.spec.block.threshold == 0.85 and sdar.spec.block.prompt == "chat"
+    assert sdar.model.cfg.qk_norm and sdar.model.cfg.head_dim == config["head_dim"] != config["hidden_size"] // config["num_attention_heads"]
+
+
+def qwen3_reference(path):
+    from safetensors.torch import load_file
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    c = json.loads((path / "config.json").read_text())
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "rms_norm_eps", "rope_theta", "max_position_embeddings", "tie_word_embeddings", "attention_bias", "hidden_act")
+    model = Qwen3ForCausalLM(Qwen3Config(**{k: c[k] for k in keys}, attn_implementation="sdpa")).eval()
+    state = {}
+    for f in sorted(path.glob("*.safetensors")):
+        state.update(load_file(str(f)))
+    model.load_state_dict(state, strict=not c["tie_word_embeddings"])
+    return model
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_sdar_logits_equal_transformers_qwen3_with_a_block_causal_mask(tmp_path, tie):
+    from block_checkpoints import write_sdar
+    from sharpen.core.loading import load_denoiser
+
+    path = write_sdar(tmp_path / "sdar", tie=tie, seed=11)
+    ours, reference = load_denoiser(path), qwen3_reference(path)
+    T = 14  # three blocks and a half
+    ids = torch.randint(0, 290, (2, T), generator=torch.Generator().manual_seed(0))
+    mask = block_causal_mask(torch.arange(T), T, 4)  # [T, T]
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask[None, None].expand(2, 1, T, T)).logits
+    torch.testing.assert_close(ours.logits(ids, attend=Attend(mask=mask)), expected, rtol=0, atol=1e-4)
+    # The same logits block by block: the prefill, then each block read-only against the cache.
+    cache = ours.new_cache(2, 16)
+    run = torch.arange(8)
+    ours.logits(ids, want=run[-1:], run=run, cache=cache, attend=Attend(mask=block_causal_mask(run, 8, 4), keys=8))
+    block = torch.arange(8, 12)
+    step = ours.logits(ids, want=block, run=block, cache=cache, attend=Attend(keys=8, write=False))
+    torch.testing.assert_close(step, expected[:, 8:12], rtol=0, atol=1e-4)
+    bidirectional = reference(input_ids=ids, attention_mask=torch.ones(2, 1, T, T, dtype=torch.bool)).logits
+    assert (bidirectional - expected).abs().max() > 1e-2  # the oracle sees the mask: the comparison can fail
+
+
+@pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: f"{c['remasking']}-p{len(c['prompt'])}-s{c['seed']}")
+def test_the_block_loop_writes_what_sdar_generate_writes(sdar, case):
+    """Token for token against JetAstra/SDAR generate.py run on the release's own modeling code
+    (tests/golden/sdar_generate.py): prefill, read-only steps, committing passes, sampling order."""
+    from sharpen.core.canvas import Canvas
+    from sharpen.core.loops.block import block_denoise
+    from sharpen.core.settings import Sampling
+
+    assert GOLDEN["mask_id"] == sdar.spec.mask_id and GOLDEN["block_size"] == sdar.spec.block.size
+    assert set(GOLDEN["stopping_criteria_idx"]) == set(sdar.spec.end_ids)
+    prompt, n = case["prompt"], case["gen_length"]
+    canvas = Canvas(ids=(*prompt, *[sdar.spec.mask_id] * n), slots=(range(len(prompt), len(prompt) + n),), spans=(),
+                    window=(0, 0), mask_id=sdar.spec.mask_id)
+    settings = Sampling(seed=case["seed"], temperature=case["temperature"], top_k=case["top_k"] or None,
+                        top_p=case["top_p"] if case["top_p"] < 1 else None, steps=case["denoising_steps"],
+                        schedule="threshold" if case["remasking"] == "low_confidence_dynamic" else "fixed")
+    frames = list(block_denoise(sdar, canvas, settings, ban=False))
+    expected = case["output"][len(prompt):len(prompt) + n]
+    pad = sdar.spec.end_ids[0]
+    assert list(frames[-1].final_ids[0][0]) == [pad if t == sdar.spec.mask_id else t for t in expected]
+
+
+def test_blocks_sharpen_in_order_one_frame_a_step(sdar):
+    from sharpen.core.canvas import Canvas
+    from sharpen.core.loops.block import block_denoise
+    from sharpen.core.settings import Sampling
+
+    mask = sdar.spec.mask_id
+    canvas = Canvas(ids=(5, 6, 7, 8, *[mask] * 12), slots=(range(4, 16),), spans=(), window=(0, 0), mask_id=mask)
+    frames = list(block_denoise(sdar, canvas, Sampling(seed=0, schedule="fixed")))
+    states = [f.spans[0].states for f in frames[:-1]]
+    assert states[0] == ("masked",) * 12 and len(frames) == 12 + 2  # one token a step at block 4, steps 4
+    for s in states:  # a later block starts only when every earlier one is sharp
+        first_masked = s.index("masked") if "masked" in s else 12
+        assert all(x == "sharp" for x in s[:first_masked // 4 * 4])
+        assert all(x == "masked" for x in s[(first_masked // 4 + 1) * 4:])
+
+
+def test_infill_and_rewrite_through_the_prompt_keep_the_text_outside_byte_for_byte(sdar):
+    from sharpen.core.engine import apply_edit, run_edit
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+
+    start = TEXT.index("return")
+    spans = [Span(start, start + len("return a + b"), mode="rewrite", strength=1.0), Span(len(TEXT) - 1, len(TEXT) - 1, max_tokens=8)]
+    for prompt in ("auto", "chat", "fim"):
+        result = apply_edit(sdar, TEXT, spans, Sampling(seed=1), prompt=prompt)
+        assert result.text.startswith(TEXT[:start]) and result.text.endswith("\n")
+        middle = result.text[start + len(result.spans[0].text):]
+        assert middle.startswith(TEXT[start + len("return a + b"):len(TEXT) - 1])
+    frames = [f.frame for f in run_edit(sdar, TEXT, spans, Sampling(seed=1))]
+    masked = [f.masked for f in frames]
+    assert masked == sorted(masked, reverse=True) and frames[0].masked == sum(len(s.tokens) for s in frames[0].spans)
+    # The spans run one after another: while the second one denoises, the first shows its result.
+    second_running = [f for f in frames if "masked" in f.spans[1].states and "masked" not in f.spans[0].states]
+    assert second_running and all(not any(s == "masked" for s in f.spans[0].states) for f in second_running)
+
+
+def test_the_prompt_forms_are_the_release_documented_ones(sdar):
+    from sharpen.core.prompted import prompt_canvas
+    from sharpen.core.spans import Span
+
+    tok = sdar.tokenizer
+    span = Span(15, 15, max_tokens=4)
+    fim = prompt_canvas(TEXT, span, tok, sdar.spec, "fim", 64, sdar.max_len)
+    names = [tok.hf.id_to_token(i) for i in fim.ids]
+    assert names[0] == "<|fim_prefix|>" and "<|fim_suffix|>" in names and names[fim.slots[0].start - 1] == "<|fim_middle|>"
+    assert tok.decode(list(fim.ids[1:names.index("<|fim_suffix|>")])) == TEXT[:15]
+    chat = prompt_canvas(TEXT, span, tok, sdar.spec, "chat", 64, sdar.max_len)
+    decoded = tok.hf.decode(list(chat.ids[:chat.slots[0].start]), skip_special_tokens=False)
+    assert decoded.startswith("<|im_start|>user\n") and decoded.endswith("<|im_start|>assistant\n") and "<selection></selection>" in decoded
+    assert list(chat.ids[chat.slots[0].start:]) == [sdar.spec.mask_id] * 4
+
+
+def test_the_cli_edits_with_an_sdar_release(sdar_dir, tmp_path):
+    import subprocess
+    import sys
+
+    target = tmp_path / "a.py"
+    target.write_text(TEXT)
+    for extra in ([], ["--mode", "rewrite", "--strength", "1"], ["--prompt", "fim"]):
+        proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:5-2:17", "--model", str(sdar_dir),
+                               "--json", *extra], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["text"].startswith(TEXT[:19]) and out["text"].endswith(TEXT[31:])
+    assert target.read_text() == TEXT

@@ -25,6 +25,7 @@ class Family:
     # Backbone tensors no single checkpoint tensor holds (fused q|k|v, per-expert matrices): core/derived.py
     derived: Callable[[ModelConfig], dict] | None = None
     loop: str = "masked"  # the denoising loop its models run (core/denoiser.py LOOPS)
+    block_rule: Callable[[dict], object] | None = None  # block-causal: config.json -> core.denoiser.BlockRule
 
 
 def expand_weight_map(family: Family, n_layers: int) -> dict[str, str]:

@@ -9,9 +9,12 @@ core.loops.frame.Frame values, so front ends draw all kinds the same way.
 
 - masked.py: masked diffusion over a bidirectional canvas (LLaDA, Dream, the embedded model).
 - random_token.py: random-token refinement by an encoder-decoder (DiffusionGemma).
+- block.py: block diffusion, each block against a read-only cache of the ones before it (SDAR).
+- editing.py: block diffusion that also edits its own committed tokens (LLaDA2.1).
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable, Iterator, Protocol, runtime_checkable
 
 import torch
@@ -19,14 +22,40 @@ import torch
 from ..canvas import Canvas
 from ..denoiser import LOOPS, DenoiserLike, ModelSpec
 from ..errors import ModelError
+from ..model import Attend, KVCache
 from ..settings import Sampling
 from ..tokenizer import Tokenizer
+from .block import chained
+from .editing import edit_denoise
 from .frame import SLOT_STATES, Frame, SpanState
 from .masked import LoopRules, denoise
 from .random_token import renoise, split_canvas
 
-__all__ = ["LOOPS", "LOOP_PROTOCOLS", "SLOT_STATES", "Frame", "LoopRules", "NoiseDenoiserLike", "SpanState",
-           "run_loop", "slot_room"]
+__all__ = ["LOOPS", "LOOP_PROTOCOLS", "SLOT_STATES", "BlockDenoiserLike", "Frame", "LoopRules", "NoiseDenoiserLike",
+           "SpanState", "run_loop", "slot_room"]
+
+
+@runtime_checkable
+class BlockDenoiserLike(Protocol):
+    """What the block-causal loop (block.py) reads from a model: chunked passes under an
+    attention policy (block-causal prefill, read-only open block, committing pass)."""
+
+    spec: ModelSpec  # spec.block: block size, commit threshold, prompt form
+    tokenizer: Tokenizer
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def max_len(self) -> int: ...
+
+    @property
+    def banned_ids(self) -> torch.Tensor: ...
+
+    def logits(self, x: torch.Tensor, want: torch.Tensor | None = None, run: torch.Tensor | None = None,
+               cache: KVCache | None = None, attend: Attend = ...) -> torch.Tensor: ...
+
+    def new_cache(self, batch: int, length: int) -> KVCache: ...
 
 
 @runtime_checkable
@@ -55,7 +84,7 @@ class NoiseDenoiserLike(Protocol):
 
 
 # What each kind's loop reads from a model.
-LOOP_PROTOCOLS: dict[str, type] = {"masked": DenoiserLike, "random-token": NoiseDenoiserLike}
+LOOP_PROTOCOLS: dict[str, type] = {"masked": DenoiserLike, "random-token": NoiseDenoiserLike, "block-causal": BlockDenoiserLike}
 
 
 def _masked(denoiser, canvas: Canvas, settings: Sampling, should_stop, rules: LoopRules) -> Iterator[Frame]:
@@ -68,12 +97,21 @@ def _random_token(denoiser, canvas: Canvas, settings: Sampling, should_stop, rul
     return renoise(denoiser, layout, settings, should_stop, denoiser.spec.end_ids)
 
 
-_RUNNERS: dict[str, Callable[..., Iterator[Frame]]] = {"masked": _masked, "random-token": _random_token}
+def _block_causal(denoiser, canvases: tuple[Canvas, ...], settings: Sampling, should_stop, rules: LoopRules) -> Iterator[Frame]:
+    # One prompt canvas per span (core/prompted.py), run one after another; a release that edits
+    # its own tokens (LLaDA2.1) runs its editing decode unless the user turned editing off.
+    if denoiser.spec.block.edits and settings.editing != "off":
+        return chained(denoiser, canvases, settings, should_stop, one=partial(edit_denoise, mode=settings.editing))
+    return chained(denoiser, canvases, settings, should_stop)
+
+
+_RUNNERS: dict[str, Callable[..., Iterator[Frame]]] = {"masked": _masked, "random-token": _random_token, "block-causal": _block_causal}
 
 
 def run_loop(denoiser, canvas: Canvas, settings: Sampling = Sampling(), should_stop: Callable[[], bool] = lambda: False,
              rules: LoopRules = LoopRules()) -> Iterator[Frame]:
-    """The frames of the loop the model's kind declares (spec.loop)."""
+    """The frames of the loop the model's kind declares (spec.loop). A block-causal model takes a
+    tuple of prompt canvases, one per span (core/prompted.py); the others one canvas."""
     kind = denoiser.spec.loop
     if kind not in _RUNNERS:
         raise ModelError(f"no denoising loop for models of kind {kind!r} yet; known: {', '.join(_RUNNERS)}")

@@ -1,0 +1,84 @@
+"""Edits for models that cannot see the text after a block: the text around a span goes in the prompt.
+
+A block-causal model (SDAR, Fast-dLLM v2) reads only what precedes each block, so the
+masked canvas of core/canvas.py, with the text after the span held after the slots, would
+be invisible to it. Here each span becomes a prompt of its own, and its slots follow it:
+
+- "chat": one user turn through the checkpoint's chat template: the task (the span's
+  instruction, or "fill in" / "rewrite"), then the text around the span with the span marked
+  (core/instruct.py's layout); the assistant's answer is the slots. The SDAR and Fast-dLLM v2
+  releases are chat models and document only this form.
+- "fim": Qwen's fill-in-the-middle tokens, `<|fim_prefix|>before<|fim_suffix|>after<|fim_middle|>`,
+  where the tokenizer has them (the Qwen2.5 / Qwen3 vocabularies these releases inherit do).
+
+A rewrite's slots start from the span's own tokens with a `strength` share masked (chosen by
+the seed), so the kept draft is held and the model writes the rest; an infill's slots are all
+masked. Several spans run one after another, each from the original text: no span's prompt
+depends on another span's result. The text outside the spans is never re-encoded, so it comes
+back byte for byte.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .canvas import Canvas, infill_slots
+from .denoiser import ModelSpec
+from .errors import SpanError, UsageError
+from .instruct import clip_lines, render_chat, user_message
+from .spans import Span
+from .tokenizer import Tokenizer
+
+FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+# The task when the user gave no instruction (the instruction text, when given, replaces it).
+INFILL_TASK = "Write the missing text at the marked place."
+REWRITE_TASK = "Rewrite the marked part: keep what it does, improve how it reads."
+
+
+def prompt_form(spec: ModelSpec, requested: str) -> str:
+    """The form a run uses: the user's ("chat" / "fim"), or the release's own for "auto"."""
+    return spec.block.prompt if requested == "auto" else requested
+
+
+def _prompt(form: str, text: str, span: Span, tokenizer: Tokenizer, spec: ModelSpec, budget: int) -> tuple[list[int], int, int]:
+    """(prompt ids, characters of context before, after) within `budget` context tokens."""
+    before = clip_lines(text[: span.start], budget // 2, tokenizer, keep_end=True)
+    after = clip_lines(text[span.end:], budget - budget // 2, tokenizer, keep_end=False)
+    if form == "fim":
+        ids = [tokenizer.token_id(t) for t in FIM_TOKENS]
+        if None in ids:
+            raise UsageError("--prompt fim needs the fill-in-the-middle tokens <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>; "
+                             "this tokenizer lacks them (use --prompt chat)")
+        prefix, suffix, middle = ids
+        return [prefix, *tokenizer.encode(before), suffix, *tokenizer.encode(after), middle], len(before), len(after)
+    if not spec.chat_template:
+        raise UsageError("--prompt chat needs a chat template; this checkpoint has none (use --prompt fim)")
+    task = span.instruction or (REWRITE_TASK if span.mode == "rewrite" else INFILL_TASK)
+    message = user_message(task, before, text[span.start:span.end], after)
+    return tokenizer.encode(render_chat(spec.chat_template, [{"role": "user", "content": message}])), len(before), len(after)
+
+
+def prompt_canvas(text: str, span: Span, tokenizer: Tokenizer, spec: ModelSpec, form: str, context_tokens: int,
+                  max_len: int, seed: int = 0) -> Canvas:
+    """One span's prompt followed by its slots (all masked for an infill; a rewrite's own tokens
+    with a `strength` share masked), the context halved until it fits `max_len`."""
+    draft = tokenizer.encode(text[span.start:span.end]) if span.mode == "rewrite" else []
+    slots = len(draft) if span.mode == "rewrite" else infill_slots(span, len(tokenizer.encode(text[span.start:span.end])))
+    budget = context_tokens
+    while True:
+        prompt, before, after = _prompt(form, text, span, tokenizer, spec, budget)
+        if len(prompt) + slots <= max_len:
+            break
+        if budget == 0:
+            raise SpanError(f"span {span.name}: its prompt and slots need {len(prompt) + slots} tokens but the model's canvas holds {max_len}")
+        budget //= 2
+    body = list(draft) if draft else [spec.mask_id] * slots
+    if draft:
+        masked = math.ceil(span.strength * len(draft))  # strength 0 masks nothing: the draft comes back
+        order = torch.randperm(len(draft), generator=torch.Generator().manual_seed(seed)).tolist()
+        for i in order[:masked]:
+            body[i] = spec.mask_id
+    ids = (*prompt, *body)
+    return Canvas(ids=tuple(ids), slots=(range(len(prompt), len(ids)),), spans=(span,),
+                  window=(span.start - before, span.end + after), mask_id=spec.mask_id)

@@ -1,0 +1,124 @@
+"""Tiny random checkpoints in the released layouts of the 2026 block-diffusion and Seed families.
+
+SDAR-{1.7B,4B,8B}-Chat (JetAstra/SDAR, training/model/SDAR-8B-Chat at c2041a8 lists the file
+set): config.json with `model_type: sdar`, `block_size` 4, `mask_token_id` and the Qwen3 keys
+(`head_dim`, q/k norms), generation_config.json (eos [<|im_end|>, <|endoftext|>], temperature
+0.6, top-k 20, top-p 0.95), tokenizer.json + vocab.json + merges.txt + added_tokens.json +
+special_tokens_map.json + tokenizer_config.json (mask_token <|MASK|>, chat template) +
+chat_template.jinja, sharded safetensors with model.safetensors.index.json, and the remote
+code files (configuration_sdar.py, modeling_sdar.py, tokenization_qwen2*.py,
+fused_linear_diffusion_cross_entropy.py), which sharpen never runs. Only the sizes are tiny;
+the special tokens sit after the BPE vocabulary in Qwen's order, as in the release.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from family_checkpoints import padded, random_state, write_sharded, write_tokenizer
+
+# Qwen3's added tokens in their released order (151643...), SDAR's <|MASK|> last (151669).
+QWEN3_SPECIAL = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
+    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+    "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
+    "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
+    "<think>", "</think>",
+)
+SDAR_SPECIAL = (*QWEN3_SPECIAL, "<|MASK|>")
+# Qwen3's ChatML without a default system turn (SDAR's chat_template.jinja, shortened to what an edit uses).
+QWEN3_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}{%- endif %}"
+    "{%- for message in messages %}{%- if message['role'] != 'system' %}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
+SDAR_REMOTE_CODE = ("configuration_sdar.py", "modeling_sdar.py", "tokenization_qwen2.py", "tokenization_qwen2_fast.py",
+                    "fused_linear_diffusion_cross_entropy.py")
+# The release's file set (besides the weight shards, which follow model.safetensors.index.json).
+SDAR_FILES = ("README.md", "added_tokens.json", "chat_template.jinja", "config.json", *SDAR_REMOTE_CODE, "generation_config.json",
+              "merges.txt", "model.safetensors.index.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
+              "vocab.json")
+
+D, LAYERS, HEADS, KV, HEAD_DIM, HIDDEN = 64, 2, 4, 2, 32, 96  # head_dim stated apart from hidden/heads, as Qwen3 does
+
+
+def _json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def qwen3_shapes(vocab: int, tie: bool) -> dict[str, tuple[int, ...]]:
+    shapes = {"model.embed_tokens.weight": (vocab, D)}
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (D,), p + "self_attn.q_proj.weight": (HEADS * HEAD_DIM, D),
+            p + "self_attn.k_proj.weight": (KV * HEAD_DIM, D), p + "self_attn.v_proj.weight": (KV * HEAD_DIM, D),
+            p + "self_attn.o_proj.weight": (D, HEADS * HEAD_DIM), p + "self_attn.q_norm.weight": (HEAD_DIM,),
+            p + "self_attn.k_norm.weight": (HEAD_DIM,), p + "post_attention_layernorm.weight": (D,),
+            p + "mlp.gate_proj.weight": (HIDDEN, D), p + "mlp.up_proj.weight": (HIDDEN, D), p + "mlp.down_proj.weight": (D, HIDDEN),
+        })
+    shapes["model.norm.weight"] = (D,)
+    if not tie:
+        shapes["lm_head.weight"] = (vocab, D)
+    return shapes
+
+
+def _tokenizer_files(out: Path, special: tuple[str, ...], ids: dict[str, int], mask: str, template: str) -> None:
+    """vocab.json + merges.txt beside tokenizer.json, added_tokens.json, special_tokens_map.json,
+    tokenizer_config.json (added_tokens_decoder, Qwen2Tokenizer, the chat template) and chat_template.jinja."""
+    Tokenizer.from_file(str(out / "tokenizer.json")).model.save(str(out))  # vocab.json, merges.txt
+    _json(out / "added_tokens.json", {name: ids[name] for name in sorted(special)})
+    additional = [t for t in special if t.startswith("<|") and t not in ("<|endoftext|>",) and "fim" not in t
+                  and t not in ("<|repo_name|>", "<|file_sep|>")]
+    _json(out / "special_tokens_map.json", {"additional_special_tokens": additional,
+                                           "eos_token": {"content": "<|endoftext|>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False},
+                                           "pad_token": {"content": "<|endoftext|>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False}})
+    decoder = {str(ids[t]): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                             "special": t.startswith("<|") or t == mask} for t in special}
+    _json(out / "tokenizer_config.json", {
+        "add_bos_token": False, "add_prefix_space": False, "added_tokens_decoder": decoder,
+        "additional_special_tokens": additional, "auto_map": {"AutoTokenizer": ["tokenization_qwen2.Qwen2Tokenizer", None]},
+        "bos_token": None, "chat_template": template, "clean_up_tokenization_spaces": False, "eos_token": "<|endoftext|>",
+        "mask_token": mask, "errors": "replace", "model_max_length": 131072, "pad_token": "<|endoftext|>",
+        "split_special_tokens": False, "tokenizer_class": "Qwen2Tokenizer", "unk_token": None})
+    (out / "chat_template.jinja").write_text(template, encoding="utf-8")
+
+
+def sdar_config(ids: dict[str, int], vocab: int, tie: bool, block_size: int = 4) -> dict:
+    """config.json of SDAR-8B-Chat, key for key, at tiny sizes."""
+    return {
+        "architectures": ["SDARForCausalLM"],
+        "auto_map": {"AutoConfig": "configuration_sdar.SDARConfig", "AutoModel": "modeling_sdar.SDARModel",
+                     "AutoModelForCausalLM": "modeling_sdar.SDARForCausalLM"},
+        "attention_bias": False, "attention_dropout": 0.0, "attn_implementation": "flex_attention",
+        "bos_token_id": ids["<|endoftext|>"], "debug": False, "eos_token_id": ids["<|endoftext|>"],
+        "block_size": block_size, "mask_token_id": ids["<|MASK|>"], "ep_size": 1, "fuse_cross_entropy": True,
+        "head_dim": HEAD_DIM, "hidden_act": "silu", "hidden_size": D, "initializer_range": 0.02, "intermediate_size": HIDDEN,
+        "max_position_embeddings": 32768, "max_window_layers": LAYERS, "micro_forward": False, "model_type": "sdar",
+        "num_attention_heads": HEADS, "num_hidden_layers": LAYERS, "num_key_value_heads": KV, "rms_norm_eps": 1e-06,
+        "rope_scaling": None, "rope_theta": 1000000, "skip_checkpoint": False, "sliding_window": None,
+        "tie_word_embeddings": tie, "torch_dtype": "bfloat16", "transformers_version": "4.52.4", "use_cache": False,
+        "use_deepep": False, "use_sliding_window": False, "vocab_size": vocab,
+    }
+
+
+def write_sdar(out: Path, *, seed: int = 7, tie: bool = False, shards: int = 2, dtype: torch.dtype = torch.float32,
+               block_size: int = 4) -> Path:
+    """SDAR-8B-Chat's file set, tiny (2 layers, hidden 64, head_dim 32); tie=True as SDAR-1.7B-Chat."""
+    out.mkdir(parents=True, exist_ok=True)
+    ids = write_tokenizer(out, SDAR_SPECIAL)
+    vocab = padded(max(ids.values()) + 1)
+    _json(out / "config.json", sdar_config(ids, vocab, tie, block_size))
+    _json(out / "generation_config.json", {
+        "bos_token_id": ids["<|endoftext|>"], "do_sample": True, "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+        "pad_token_id": ids["<|endoftext|>"], "temperature": 0.6, "top_k": 20, "top_p": 0.95, "transformers_version": "4.51.0"})
+    _tokenizer_files(out, SDAR_SPECIAL, ids, "<|MASK|>", QWEN3_TEMPLATE)
+    for name in SDAR_REMOTE_CODE:  # shipped by the release, never run by sharpen
+        (out / name).write_text(f"# {name}: stands in for the release's remote code; sharpen loads this family natively\n")
+    (out / "README.md").write_text("# SDAR (tiny random test checkpoint in the release layout)\n", encoding="utf-8")
+    write_sharded(out, random_state(qwen3_shapes(vocab, tie), seed), shards, dtype)
+    return out
