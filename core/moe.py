@@ -163,6 +163,9 @@ class MoEFeedForward(nn.Module):
         # when asked (record_routing): keeping them costs nothing on the device but a reference.
         self.record_routing = False
         self.last_routing: torch.Tensor | None = None
+        # None: the grouped GEMM wherever its kernel takes the dtype (grouped_kernel_takes); False:
+        # one product per active expert (what bench/moe.py compares it with).
+        self.grouped: bool | None = None
 
     def router_logits(self, x: torch.Tensor) -> torch.Tensor:
         """x [N, D] -> [N, E]; float32 where the reference computes them so (LLaDA2)."""
@@ -176,6 +179,7 @@ class MoEFeedForward(nn.Module):
         chosen, weights = route(self.router_logits(flat), self.spec, self.expert_bias)  # [N, k] each
         if self.record_routing:
             self.last_routing = chosen.view(B, S, -1)
-        out = run_experts(flat, chosen, weights, self.gate_up, self.down, grouped=grouped_kernel_takes(flat))
+        grouped = grouped_kernel_takes(flat) if self.grouped is None else self.grouped
+        out = run_experts(flat, chosen, weights, self.gate_up, self.down, grouped=grouped)
         out = out.view(B, S, D)
         return out if self.shared is None else out + self.shared(x)
