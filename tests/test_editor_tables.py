@@ -232,3 +232,24 @@ async def test_a_multi_line_paste_is_lines_whatever_its_breaks(tmp_path, newline
         await pilot.pause()
     expected = "".join(f"x{i} = {i}\n" for i in range(100)) + "a = 1\n"
     assert path.read_bytes() == expected.encode()
+
+
+async def test_a_command_that_fails_is_one_line_and_the_editor_goes_on(tmp_path, monkeypatch):
+    from sharpen.app.tui.editor_pane import EditorPane
+    from pilot import notices
+
+    def broken(self):
+        raise RuntimeError("something inside broke\nwith a second line")
+
+    monkeypatch.setattr(EditorPane, "action_mark_region", broken)
+    path = tmp_path / "a.py"
+    path.write_text("x = 1\n")
+    app = make_app([path])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("y")
+        await pilot.press("alt+m")  # Mark, through the pane's binding
+        await wait_for(pilot, lambda: "mark_region failed" in notices(app))
+        assert app.is_running and app._exception is None
+        assert "mark_region failed (RuntimeError): something inside broke with a second line" in notices(app)
+        await pilot.press("z")
+        assert app.active_pane().editor.text.startswith("yz")

@@ -291,6 +291,23 @@ class SharpenApp(App):
         self.refresh_tab_label(message.pane)
         self.update_status()
 
+    async def run_action(self, action, default_namespace=None, namespaces=None) -> bool:
+        # A command that fails in the editor's own code (a key binding, the palette) leaves the
+        # buffers as they were before it: the editor goes on with one line instead of ending with a
+        # traceback. The unsaved work is written to recovery first, in case it cannot.
+        try:
+            return await super().run_action(action, default_namespace, namespaces)
+        except Exception as error:
+            log.exception("the command %r failed", action)
+            try:
+                self.recovery.write_recovery()
+            except Exception:
+                log.exception("writing recovery after a failed command failed")
+            name = action if isinstance(action, str) else str(action[1])
+            detail = " ".join(str(error).split()) or type(error).__name__
+            self.notify(f"{name} failed ({type(error).__name__}): {detail}"[:300], severity="error", markup=False, timeout=8)
+            return True
+
     def _handle_exception(self, error: Exception) -> None:
         # An unhandled exception ends the app: keep the unsaved work first.
         try:
