@@ -25,6 +25,21 @@ def infill_slots(span: Span, selected_tokens: int) -> int:
     return max(8, math.ceil(1.5 * selected_tokens) + 4)
 
 
+def encode_selection(region: str, span: Span, tokenizer: Tokenizer, max_len: int) -> list[int]:
+    """The tokens of a span's selection, refused (SpanError) before encoding when even its fewest
+    possible tokens could not fit the canvas: encoding a 50 MB line whole took gigabytes or
+    ended in the tokenizer's panic, only to be refused afterwards. An infill with max_tokens
+    needs no count: []."""
+    if span.mode != "rewrite" and span.max_tokens is not None:
+        return []  # the slot count is given: an infill's selection is never encoded
+    fewest = tokenizer.fewest_tokens(region)
+    needed = fewest if span.mode == "rewrite" else infill_slots(span, fewest)
+    if needed > max_len:
+        raise SpanError(f"span {span.name}: the selection is {len(region):,} characters, at least {fewest:,} tokens, "
+                        f"but the model's canvas holds {max_len}")
+    return tokenizer.encode(region)
+
+
 @dataclass(frozen=True)
 class Canvas:
     ids: tuple[int, ...]  # the whole canvas; infill slots hold the mask id, rewrite slots the draft
@@ -89,7 +104,7 @@ def build_canvas(text: str, spans: list[Span], tokenizer: Tokenizer, mask_id: in
     """
     drafts: list[list[int]] = []
     for span in spans:
-        selected = tokenizer.encode(text[span.start:span.end])
+        selected = encode_selection(text[span.start:span.end], span, tokenizer, max_len)
         if span.mode == "rewrite":
             drafts.append(selected)
         else:

@@ -8,10 +8,12 @@ instruction never come here: plain masked infill stays plain.
 """
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import replace
 from datetime import datetime
 
-from .canvas import Canvas, infill_slots
+from .canvas import Canvas, encode_selection, infill_slots
 from .denoiser import ModelSpec
 from .errors import ModelError, SpanError, UsageError
 from .spans import Span
@@ -29,20 +31,76 @@ def uses_chat(spans: list[Span]) -> bool:
     return any(s.instruction for s in spans)
 
 
+# A chat template is code from the checkpoint: its rendering is bounded in time and in output, and
+# any failure of it (a division by zero, a recursive macro) is the checkpoint's, one line.
+RENDER_SECONDS = 2.0  # real templates render in milliseconds
+RENDER_CHARS = 4 * 2**20  # far above any prompt a canvas holds
+
+
+class _TemplateTooCostly(Exception):
+    pass
+
+
 def render_chat(template: str, messages: list[dict], add_generation_prompt: bool = True) -> str:
-    """Render a Hugging Face chat template the way transformers does (sandboxed jinja2)."""
+    """Render a Hugging Face chat template the way transformers does (sandboxed jinja2), bounded:
+    at most RENDER_SECONDS (a line-trace clock on the template's own code, so nested loops that
+    print nothing still stop) and RENDER_CHARS of output or of any string or list it builds by
+    `*` or `+`."""
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    class Bounded(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset(["*", "+", "**"])
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "**" and isinstance(right, int) and abs(right) > 64:
+                raise _TemplateTooCostly(f"a power of {right}")
+            if operator == "*" and isinstance(left, int) and isinstance(right, (str, list, tuple)):
+                left, right = right, left
+            if operator == "*" and isinstance(left, (str, list, tuple)) and isinstance(right, int) and len(left) * right > RENDER_CHARS:
+                raise _TemplateTooCostly(f"a value of {len(left) * right:,} items")
+            if operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)) \
+                    and len(left) + len(right) > RENDER_CHARS:
+                raise _TemplateTooCostly(f"a value of {len(left) + len(right):,} items")
+            return super().call_binop(context, operator, left, right)
+
+    env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: datetime.now().strftime(fmt))
+    deadline = time.monotonic() + RENDER_SECONDS
+
+    def on_line(frame, event, arg):
+        if time.monotonic() > deadline:
+            raise _TemplateTooCostly(f"more than {RENDER_SECONDS:g} s")
+        return on_line
+
+    def on_call(frame, event, arg):  # trace only the template's own code: jinja compiles it to "<template>"
+        return on_line if frame.f_code.co_filename == "<template>" else None
+
+    previous = sys.gettrace()
     try:
-        return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt)
+        compiled = env.from_string(template)
+        out, size = [], 0
+        sys.settrace(on_call)
+        try:
+            for piece in compiled.generate(messages=messages, add_generation_prompt=add_generation_prompt):
+                size += len(piece)
+                if size > RENDER_CHARS:
+                    raise _TemplateTooCostly(f"more than {RENDER_CHARS:,} characters of output")
+                out.append(piece)
+        finally:
+            sys.settrace(previous)
+        return "".join(out)
+    except _TemplateTooCostly as exc:
+        raise ModelError(f"the checkpoint's chat template is too costly to render ({exc}); refusing it") from None
     except jinja2.exceptions.TemplateError as exc:
         raise ModelError(f"the checkpoint's chat template failed: {exc}") from None
+    except RecursionError:
+        raise ModelError("the checkpoint's chat template failed: it recurses without end") from None
+    except Exception as exc:  # the template is the checkpoint's code: whatever it raises is its failure
+        raise ModelError(f"the checkpoint's chat template failed: {type(exc).__name__}: {exc}") from None
 
 
 def user_message(instruction: str, before: str, region: str, after: str) -> str:
@@ -78,7 +136,7 @@ def build_instruct_canvas(
         raise UsageError("an instruction applies to one span at a time; edit the other spans in a separate run")
     span = spans[0]
     region = text[span.start:span.end]
-    slots = infill_slots(span, len(tokenizer.encode(region)))
+    slots = infill_slots(span, len(encode_selection(region, span, tokenizer, max_len)))
     budget = context_tokens
     while True:
         before = clip_lines(text[: span.start], budget // 2, tokenizer, keep_end=True)

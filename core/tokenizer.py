@@ -10,6 +10,7 @@ UTF-8 sequence, which is why pieces for display go through `pieces()`.
 """
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
@@ -49,6 +50,17 @@ class Tokenizer:
         if (path / "vocab.json").exists() and (path / "merges.txt").exists():
             return cls(byte_level_bpe_from_files(path))
         raise ModelError(f"no tokenizer in {path}: it has neither tokenizer.json nor vocab.json + merges.txt")
+
+    @cached_property
+    def max_token_chars(self) -> int:
+        """The most characters one token can decode to (its vocabulary string is at least as long:
+        one character per byte in byte-level BPE), so len(text) / this bounds the token count from
+        below without encoding the text: a 50 MB selection is refused before it is tokenized."""
+        return max((len(token) for token in self.hf.get_vocab(with_added_tokens=True)), default=1) or 1
+
+    def fewest_tokens(self, text: str) -> int:
+        """A lower bound on len(self.encode(text)), computed without encoding."""
+        return -(-len(text) // self.max_token_chars)
 
     def token_id(self, token: str) -> int | None:
         return self.hf.token_to_id(token)

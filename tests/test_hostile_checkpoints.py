@@ -305,3 +305,56 @@ def test_disk_offload_leaves_nothing_behind(tiny_model_dir, tmp_path, monkeypatc
     del denoiser
     gc.collect()
     assert not list(tmp_path.glob("sharpen-offload-*"))
+
+
+# -- F9/F15: chat templates are the checkpoint's code: bounded, and their failures are one line ----------
+
+TEMPLATES = [
+    ("{{ 1/0 }}", "ZeroDivisionError"),
+    ("{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}", "recurses without end"),
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "more than 2 s"),
+    ("{% set x = range(100000)|list %}{% for a in x %}{% for b in x %}{% endfor %}{% endfor %}", "more than 2 s"),
+    ("{% for i in range(100000) %}{{ 'x' * 3000 }}{% endfor %}", "characters of output"),
+    ("{{ 'x' * 300000000 }}", "a value of 300,000,000 items"),
+    ("{{ 9 ** 99999999 }}", "a power of 99999999"),
+]
+
+
+@pytest.mark.parametrize("template, message", TEMPLATES, ids=[m for _, m in TEMPLATES])
+def test_chat_templates_are_bounded_in_time_and_output(template, message):
+    import time
+
+    from sharpen.core.instruct import render_chat
+
+    started = time.monotonic()
+    with pytest.raises(ModelError, match="chat template") as error:
+        render_chat(template, [{"role": "user", "content": "hi"}])
+    assert message in str(error.value) and time.monotonic() - started < 10
+
+
+def test_a_real_template_still_renders(gemma_dir):
+    from gemma_checkpoint import CHAT_TEMPLATE
+
+    from sharpen.core.instruct import render_chat
+
+    out = render_chat("{%- set bos_token = '<bos>' %}" + CHAT_TEMPLATE, [{"role": "user", "content": "hi"}])
+    assert out == "<bos><|turn>user\nhi<turn|>\n<|turn>model\n"
+
+
+# -- F9: a huge one-line selection is refused before it is tokenized ----------------------------------
+
+
+def test_a_selection_too_big_for_the_canvas_is_refused_before_encoding(tiny_model_dir, monkeypatch):
+    from sharpen.core import canvas
+    from sharpen.core.errors import SpanError
+    from sharpen.core.loading import load_denoiser
+    from sharpen.core.spans import Span
+
+    denoiser = load_denoiser(tiny_model_dir)
+    text = "x = " + "a+" * 2_500_000 + "1\n"  # 5 MB on one line
+    encoded = []
+    monkeypatch.setattr(denoiser.tokenizer, "encode", lambda t: encoded.append(len(t)) or [])
+    for mode in ("infill", "rewrite"):
+        with pytest.raises(SpanError, match="at least .* tokens, but the model's canvas holds 512"):
+            canvas.build_canvas(text, [Span(0, len(text) - 1, mode)], denoiser.tokenizer, denoiser.spec.mask_id, 256, 512)
+    assert not [n for n in encoded if n > 100_000]  # never the whole selection
