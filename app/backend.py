@@ -67,10 +67,10 @@ class LocalBackend:
         pass
 
 
-def backend_for(model: ModelRequest, url: str | None = None, quiet: bool = True, editor: bool = False, **remote) -> Backend:
-    """The backend a configuration names: a server when `url` is set, else the local model."""
-    if url:
+def backend_for(config, quiet: bool = True, editor: bool = False) -> Backend:
+    """The backend an app.config.Config names: its [backend] server when set, else the local model."""
+    if config.remote.backend:
         from .remote import RemoteBackend
 
-        return RemoteBackend(url, **remote)
-    return LocalBackend(model, quiet=quiet, editor=editor)
+        return RemoteBackend.from_config(config.remote)
+    return LocalBackend(config.model, quiet=quiet, editor=editor)

@@ -12,10 +12,11 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from ..core.settings import Editing, ModelRequest, Request, Sampling, SettingError, rule_of, value_type
+from ..core.settings import Editing, ModelRequest, Sampling, SettingError, rule_of
 from ..core.spans import MODES
 from . import stop
-from .config import Config, Editor, by_section
+from .config import Config, Editor, Remote, by_section
+from .flags import add_settings, flag_name
 
 EXIT_CODES = """exit codes:
   0    done
@@ -45,36 +46,13 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def add_settings(parser: argparse.ArgumentParser, request: type[Request], title: str | None) -> None:
-    """One flag per declared setting of `request` (core/settings.py); default None = not given."""
-    group = parser.add_argument_group(title) if title else parser
-    for f in fields(request):
-        rule = rule_of(f)
-        if not rule.flag:
-            continue
-        kind, optional = value_type(request, f.name)
-        shown = f" (default {f.default})" if f.default not in (None, False) else ""
-        options: dict = {"dest": f.name, "default": None, "help": rule.help + shown}
-        if kind is bool:
-            options["action"] = argparse.BooleanOptionalAction if optional else "store_true"
-        else:
-            options["type"] = kind
-            options["choices"] = rule.choices
-            options["metavar"] = None if rule.choices else rule.metavar
-        group.add_argument("--" + f.name.replace("_", "-"), **options)
-
-
-def flag_name(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def config_from(args: argparse.Namespace) -> Config:
     """defaults < config file < command line, layered once; every error names where it came from."""
     from .config import load_config
 
     config_path = Path(args.config).expanduser() if args.config else None
     config = load_config(config_path)
-    given = {f.name: getattr(args, f.name) for r in (Editor, Editing, ModelRequest, Sampling) for f in fields(r) if rule_of(f).flag}
+    given = {f.name: getattr(args, f.name) for r in (Editor, Editing, ModelRequest, Sampling, Remote) for f in fields(r) if rule_of(f).flag}
     try:
         return config.layered(by_section(given))
     except SettingError as exc:
@@ -117,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_settings(parser, Editing, "edit settings (also [edit] in the config file)")
     add_settings(parser, ModelRequest, "model (also [model] in the config file)")
     add_settings(parser, Sampling, "sampling (also [sampling] in the config file)")
+    add_settings(parser, Remote, "backend (also [backend] in the config file; the key only from $SHARPEN_API_KEY)")
     return parser
 
 

@@ -45,7 +45,30 @@ class Editor(Request):
     min_step_ms: int = setting(0, "pace fast models so each step stays visible this long (0: never wait)", low=0, high=10_000, flag=False)
 
 
-SECTIONS: tuple[type[Request], ...] = (Editor, *REQUESTS)
+PROTOCOLS = ("auto", "sharpen", "mercury", "openai")  # what a --backend server speaks (app/remote.py)
+
+
+def _check_url(value: str) -> None:
+    if not value.startswith(("http://", "https://")) or len(value) < 10:
+        raise ValueError("must be an http:// or https:// URL")
+
+
+@dataclass(frozen=True)
+class Remote(Request):
+    """A server that runs every model command instead of this process (app/remote.py)."""
+
+    section: ClassVar[str] = "backend"
+
+    backend: str | None = setting(None, "run model commands on this server: sharpen serve, a Mercury-compatible or any OpenAI-compatible one", metavar="URL", parse=_check_url)
+    # auto asks /v1/models: sharpen's own answer carries its model's meta, Mercury's ids start with "mercury".
+    backend_protocol: str = setting("auto", "what the server speaks (auto: asked from /v1/models)", choices=PROTOCOLS, flag=False)
+    # The key itself never goes on a command line or in this file: `ps` and backups show both.
+    backend_key_env: str = setting("SHARPEN_API_KEY", "environment variable that holds the server's key", flag=False)
+    backend_timeout: float = setting(30.0, "seconds to wait for the server's next answer", low=0.0, high=3600.0, low_open=True, flag=False)
+    backend_model: str | None = setting(None, "model to ask the server for (default: the first it lists)", flag=False)
+
+
+SECTIONS: tuple[type[Request], ...] = (Editor, *REQUESTS, Remote)
 
 # Keys of an older layout, still read: where each one lives now.
 _MOVED = {
@@ -67,6 +90,7 @@ class Config:
     editor: Editor = field(default_factory=Editor)
     settings: Settings = field(default_factory=Settings)
     keymap: dict[str, str] = field(default_factory=dict)  # binding id -> keys
+    remote: Remote = field(default_factory=Remote)  # [backend]: a server instead of a local model
 
     @classmethod
     def of(cls, keymap: dict[str, str] | None = None, **values: Any) -> "Config":
@@ -75,7 +99,8 @@ class Config:
 
     def layered(self, values: dict[str, dict[str, Any]], keymap: dict[str, str] | None = None) -> "Config":
         """This config with `values` ({section: {name: value}}; None = not given) on top."""
-        return Config(self.editor.updated(values.get("", {})), self.settings.layered(values), {**self.keymap, **(keymap or {})})
+        return Config(self.editor.updated(values.get("", {})), self.settings.layered(values), {**self.keymap, **(keymap or {})},
+                      self.remote.updated(values.get(Remote.section, {})))
 
     @property
     def sampling(self):

@@ -238,15 +238,15 @@ def _run(job: HeadlessJob, config: Config, backend) -> int:
         check_writable(source.path)  # fail now, not after minutes of denoising
     request = EditRequest(source.text, tuple(spans), config.sampling, config.editing, None if job.file == "-" else job.file)
 
-    if backend is None:
+    if backend is None and not config.remote.backend:
         from .model_choice import resolve_model_path
 
         resolve_model_path(config.model.model)  # a missing --model says so before torch loads
     with _exit_at_once_on_stop():
         if backend is None:
-            from .backend import LocalBackend  # torch loads in load(), after input and SPEC are known good
+            from .backend import backend_for  # torch loads in load(), after input and SPEC are known good
 
-            backend = LocalBackend(config.model, quiet=job.quiet)
+            backend = backend_for(config, quiet=job.quiet)
         info = backend.load()
     from ..core.run import Done
 

@@ -24,10 +24,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 def run_subcommand(name: str, argv: list[str]) -> int:
-    return {"models": models, "doctor": doctor, "download": download}[name](argv)
+    return {"models": models, "doctor": doctor, "download": download, "serve": serve}[name](argv)
 
 
-SUBCOMMANDS = ("models", "doctor", "download")  # `sharpen NAME ...`; a file with one of these names: open it as ./NAME
+SUBCOMMANDS = ("models", "doctor", "download", "serve")  # `sharpen NAME ...`; a file with one of these names: open it as ./NAME
+
+
+def serve(argv: list[str]) -> int:
+    """`sharpen serve`: one model over HTTP (app/serve/)."""
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise UsageError("sharpen serve needs its web stack: pip install 'sharpen[serve]'") from None
+    from .serve.main import serve as run
+
+    return run(argv)
 
 
 # -- models -------------------------------------------------------------------------------

@@ -205,7 +205,12 @@ class SharpenApp(App):
 
     def start_model_loading(self) -> None:
         self.status.model = "loading model…"
-        self.run_worker(partial(load_model, self.config.model, self.post_message), thread=True, group="model", exit_on_error=False)
+        remote = {}
+        if self.config.remote.backend:  # --backend URL: every model command runs on that server
+            from ..remote import RemoteBackend
+
+            remote["backend"] = RemoteBackend.from_config(self.config.remote)
+        self.run_worker(partial(load_model, self.config.model, self.post_message, **remote), thread=True, group="model", exit_on_error=False)
 
     @property
     def backend(self):
@@ -224,6 +229,9 @@ class SharpenApp(App):
                 self.call_later(getattr(pane, f"action_{action}"))
         info = message.backend.describe()
         self.status.model, self.status.model_failed, self.status.device = info.name, False, message.device
+        if not info.drafts:  # a plain completions server: no steps to draw, the text arrives whole
+            self.status.model = f"{info.name} (no drafts)"
+            self.notify("this server sends no drafts: each result arrives whole", title=info.name, timeout=6)
 
     def on_model_failed(self, message: ModelFailed) -> None:
         self.session.model_error = message.error

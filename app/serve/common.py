@@ -1,0 +1,214 @@
+"""What every endpoint shares: the server's state, bounded JSON bodies, one-line JSON errors,
+server-sent events, and the request for an infill at one point."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from ...core.errors import SharpenError, UsageError
+from ...core.request import EditRequest
+from ...core.settings import Editing, Sampling, SettingError
+from ...core.spans import Span
+from .metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask; past these it is refused (4xx) before the model sees it."""
+
+    body_bytes: int = 8 * 2**20  # a request body (413 beyond)
+    tokens: int = 512  # slots one span may ask for (n_predict, max_tokens); the model's own room caps it further
+    seconds: float = 120.0  # a run's wall time, waiting in line included (then it ends: 504, or what was committed)
+    waiting: int = 16  # runs in line for the model before new ones get 503 + Retry-After
+
+
+class HTTPError(Exception):
+    """An answer other than 200: status and one plain sentence."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+@dataclass
+class Server:
+    """The state every handler reads (Starlette's app.state.server)."""
+
+    backend: object  # app.backend.Backend, loaded
+    info: object  # core.run.ModelInfo
+    limits: Limits = field(default_factory=Limits)
+    sampling: Sampling = field(default_factory=Sampling)  # the server's defaults; a request overrides per field
+    editing: Editing = field(default_factory=Editing)
+    api_key: str | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    started: float = field(default_factory=time.time)
+
+    @property
+    def max_tokens(self) -> int:
+        """Slots one span may get: the limit, and half the model's canvas (room left for context)."""
+        return max(1, min(self.limits.tokens, self.info.max_len // 2))
+
+    def chat_prompt(self, messages: list[dict]) -> str:
+        """The conversation rendered by the model's own chat template (400 when it has none)."""
+        try:
+            return self.backend.runner.chat_text(messages)
+        except SharpenError as exc:
+            raise HTTPError(400 if isinstance(exc, UsageError) else 500, str(exc)) from None
+
+    def context_tokens(self, edit: EditRequest) -> int:
+        """Tokens of the text around the first span that the canvas can hold (its window caps it)."""
+        window = self.editing.context_tokens * 8  # characters: enough for the budget, never the whole file
+        span = edit.spans[0]
+        around = edit.text[max(0, span.start - window):span.start] + edit.text[span.end:span.end + window]
+        return min(len(self.backend.runner.denoiser.tokenizer.encode(around)), self.editing.context_tokens, self.info.max_len)
+
+
+def server_of(request: Request) -> Server:
+    return request.app.state.server
+
+
+def error_body(status: int, message: str) -> dict:
+    # OpenAI's and llama.cpp's error shape: clients of both read error.message.
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    if status == 401:
+        kind = "authentication_error"
+    elif status == 503:
+        kind = "unavailable_error"
+    return {"error": {"message": message, "type": kind, "code": status}}
+
+
+def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message), status_code=status, headers=headers)
+
+
+def status_of(exc: SharpenError) -> int:
+    """An engine error as an HTTP status: bad requests 400, a busy model 503, the rest 500."""
+    from ...core.run import Busy
+
+    if isinstance(exc, Busy):
+        return 503
+    if isinstance(exc, UsageError):
+        return 400
+    return 500
+
+
+async def read_json(request: Request) -> dict:
+    """The body as a JSON object, at most Limits.body_bytes (413), well-formed (400)."""
+    limit = server_of(request).limits.body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise HTTPError(413, f"the body is too large ({int(declared)} bytes; at most {limit})")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPError(413, f"the body is too large (more than {limit} bytes)")
+        chunks.append(chunk)
+    try:
+        data = json.loads(b"".join(chunks).decode("utf-8"))
+    except UnicodeDecodeError:
+        raise HTTPError(400, "the body is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise HTTPError(400, f"the body is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise HTTPError(400, "the body must be a JSON object")
+    return data
+
+
+def sse(data) -> bytes:
+    """One server-sent event: `data: <json>` (or a literal such as [DONE]) and a blank line."""
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return f"data: {text}\n\n".encode("utf-8")
+
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+# -- fields of the OpenAI-style and llama.cpp bodies -----------------------------------------
+
+
+def field_of(body: dict, name: str, kind, default=None, where: str = ""):
+    """body[name] if it has the type, else 400 naming the field; `default` when absent or null."""
+    value = body.get(name)
+    if value is None:
+        return default
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        names = {str: "a string", int: "a whole number", float: "a number", bool: "true or false", list: "a list", dict: "an object"}
+        raise HTTPError(400, f"{where}{name} must be {' or '.join(names[k] for k in kinds)}")
+    return value
+
+
+def sampling_of(server: Server, body: dict) -> Sampling:
+    """The sampling settings a body asks for (OpenAI / llama.cpp names) over the server's defaults."""
+    values = {
+        "temperature": field_of(body, "temperature", float),
+        "top_k": field_of(body, "top_k", int),
+        "top_p": field_of(body, "top_p", float),
+        "seed": field_of(body, "seed", int),
+        "steps": field_of(body, "steps", int),  # sharpen's own: denoising steps
+    }
+    if values["top_k"] == 0:  # llama.cpp: 0 means off
+        values["top_k"] = None
+    if values["top_p"] is not None and values["top_p"] >= 1.0:
+        values["top_p"] = None  # 1.0 is "all the mass": off
+    if values["seed"] is not None and values["seed"] < 0:  # llama.cpp: -1 means random; ours: the default
+        values["seed"] = None
+    try:
+        return server.sampling.updated(values)
+    except SettingError as exc:
+        raise HTTPError(400, f"{exc.name} {exc.rule}") from None
+
+
+def token_budget(server: Server, body: dict, *names: str, default: int) -> int:
+    """The slots asked for under the first of `names` present, refused above the server's bound."""
+    for name in names:
+        value = field_of(body, name, int)
+        if value is not None:
+            if value < 0:
+                raise HTTPError(400, f"{name} must be at least 0")
+            if value > server.max_tokens:
+                raise HTTPError(400, f"{name} is too large ({value}; this server takes at most {server.max_tokens})")
+            return value
+    return min(default, server.max_tokens)
+
+
+def point_request(server: Server, prefix: str, suffix: str, tokens: int, sampling: Sampling) -> EditRequest:
+    """An infill of up to `tokens` slots between `prefix` and `suffix`."""
+    text = prefix + suffix
+    try:
+        return EditRequest(text, (Span(len(prefix), len(prefix), max_tokens=max(1, tokens)),), sampling, server.editing)
+    except SharpenError as exc:
+        raise HTTPError(400, str(exc)) from None
+
+
+def stop_strings(body: dict) -> list[str]:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop] if stop else []
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        return [s for s in stop if s][:16]
+    raise HTTPError(400, "stop must be a string or a list of strings")
+
+
+def cut_at_stop(text: str, stops: list[str]) -> tuple[str, str | None]:
+    """`text` up to the first stop string, and which one stopped it (None: none did)."""
+    best, word = len(text), None
+    for s in stops:
+        i = text.find(s)
+        if i != -1 and i < best:
+            best, word = i, s
+    return text[:best], word
+

@@ -1,0 +1,56 @@
+"""Counters for /metrics, in Prometheus' text format (what llama.cpp's --metrics also speaks)."""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # handlers run on the loop, runs finish on worker threads
+        self.requests: Counter = Counter()  # (endpoint, status) -> answered requests
+        self.tokens = 0  # tokens generated (pad/eos removed)
+        self.steps = 0  # denoising steps run
+        self.seconds = 0.0  # wall time of finished runs
+        self.runs = 0
+        self.cancelled = 0  # runs stopped by a client leaving or a time budget
+
+    def answered(self, endpoint: str, status: int) -> None:
+        with self._lock:
+            self.requests[endpoint, status] += 1
+
+    def finished(self, tokens: int, steps: int, seconds: float) -> None:
+        with self._lock:
+            self.tokens += tokens
+            self.steps += steps
+            self.seconds += seconds
+            self.runs += 1
+
+    def stopped(self) -> None:
+        with self._lock:
+            self.cancelled += 1
+
+    def render(self, waiting: int) -> str:
+        with self._lock:
+            lines = [
+                "# HELP sharpen_requests_total Requests answered, by endpoint and status.",
+                "# TYPE sharpen_requests_total counter",
+                *(f'sharpen_requests_total{{endpoint="{e}",status="{s}"}} {n}' for (e, s), n in sorted(self.requests.items())),
+                "# HELP sharpen_tokens_generated_total Tokens written by finished runs.",
+                "# TYPE sharpen_tokens_generated_total counter",
+                f"sharpen_tokens_generated_total {self.tokens}",
+                "# HELP sharpen_steps_total Denoising steps of finished runs.",
+                "# TYPE sharpen_steps_total counter",
+                f"sharpen_steps_total {self.steps}",
+                "# HELP sharpen_run_seconds Wall time of finished runs.",
+                "# TYPE sharpen_run_seconds summary",
+                f"sharpen_run_seconds_sum {self.seconds:.6f}",
+                f"sharpen_run_seconds_count {self.runs}",
+                "# HELP sharpen_runs_stopped_total Runs stopped by a client leaving or a time budget.",
+                "# TYPE sharpen_runs_stopped_total counter",
+                f"sharpen_runs_stopped_total {self.cancelled}",
+                "# HELP sharpen_runs_waiting Runs in line for the model, the running one included.",
+                "# TYPE sharpen_runs_waiting gauge",
+                f"sharpen_runs_waiting {waiting}",
+            ]
+        return "\n".join(lines) + "\n"

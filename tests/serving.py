@@ -1,0 +1,60 @@
+"""A live `sharpen serve` for tests: a real process on a free loopback port, and local runs to
+compare its answers with."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def live_server(*args: str, env: dict | None = None, timeout: float = 120.0):
+    """`sharpen serve --port 0 ARGS` until the block ends; yields (base URL, process)."""
+    with tempfile.TemporaryFile("w+b") as log:
+        process = subprocess.Popen([sys.executable, "-m", "sharpen.app.cli", "serve", "--port", "0", *args],
+                                   stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT, env={**os.environ, **(env or {})})
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                log.seek(0)
+                text = log.read().decode("utf-8", "replace")
+                if "listening on http://" in text:
+                    url = text.split("listening on ")[1].split()[0]
+                    break
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"the server did not start: {text}")
+                time.sleep(0.05)
+            yield url, process
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def metric(url: str, name: str) -> float:
+    import httpx
+
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no metric {name}")
+
+
+def local_text(runner, text: str, at: int, tokens: int, **sampling) -> str:
+    """What a one-point infill gives in this process, run alone."""
+    from sharpen.core.request import EditRequest
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+
+    return runner.result(EditRequest(text, (Span(at, at, max_tokens=tokens),), Sampling(**sampling))).result.spans[0].text

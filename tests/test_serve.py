@@ -1,0 +1,284 @@
+"""`sharpen serve` driven by the clients editors use: llama.vim's exact /infill body, the
+official `openai` package, raw sockets, several clients at once, bad bodies, and the editor's
+and the headless runner's --backend. One live server per module (tests/serving.py)."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from serving import ROOT, live_server, local_text, metric
+
+from sharpen.core.request import EditRequest
+from sharpen.core.run import Done, Progress, Runner
+from sharpen.core.settings import Sampling
+from sharpen.core.spans import Span
+
+PREFIX = "def fizzbuzz(n):\n    for i in range(1, n + 1):\n"
+SUFFIX = "\n    return n\n\n\nprint(fizzbuzz(15))\n"
+LIMIT = 256 * 1024
+
+
+@pytest.fixture(scope="module")
+def server():
+    with live_server("--max-body", str(LIMIT)) as (url, process):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def runner():
+    from sharpen.app.model_choice import load_model
+    from sharpen.core.settings import ModelRequest
+
+    return Runner(load_model(ModelRequest(), quiet=True))
+
+
+def llama_vim_body(prefix: str, middle: str, suffix: str) -> dict:
+    """The body llama.vim's llama#fim sends (autoload/llama.vim, ggml-org/llama.vim a1c8e6e)."""
+    return {
+        "id_slot": 0,
+        "input_prefix": prefix,
+        "input_suffix": suffix,
+        "input_extra": [{"text": "import os\n", "time": 1700000000, "filename": "util.py"}],
+        "prompt": middle,
+        "n_predict": 128,
+        "stop": [],
+        "n_indent": 4,
+        "top_k": 40,
+        "top_p": 0.90,
+        "samplers": ["top_k", "top_p", "infill"],
+        "stream": False,
+        "cache_prompt": True,
+        "t_max_prompt_ms": 500,
+        "t_max_predict_ms": 60000,
+        "response_fields": ["content", "timings/prompt_n", "timings/prompt_ms", "timings/prompt_per_token_ms", "timings/prompt_per_second",
+                            "timings/predicted_n", "timings/predicted_ms", "timings/predicted_per_token_ms",
+                            "timings/predicted_per_second", "truncated", "tokens_cached"],
+    }
+
+
+def test_llama_vim_infill_body_gets_llama_cpp_fields_and_the_local_answer(server, runner):
+    from sharpen.app.serve.llama import cut_at_indent
+
+    body = llama_vim_body(PREFIX, "        ", SUFFIX)
+    answer = httpx.post(f"{server}/infill", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    assert set(data) == set(body["response_fields"])  # only the fields asked for, under their paths
+    assert data["truncated"] is False and data["tokens_cached"] == 0 and data["timings/predicted_n"] >= 1
+    before = "import os\n" + PREFIX + "        "
+    alone = local_text(runner, before + SUFFIX, len(before), 128, top_k=40, top_p=0.9)
+    assert data["content"] == cut_at_indent(alone, 4)
+    # llama.vim's warm-up (ring buffer update): n_predict 0 runs nothing and answers at once.
+    warm = {**body, "n_predict": 0, "input_prefix": "", "input_suffix": "", "prompt": "", "response_fields": [""]}
+    started = time.perf_counter()
+    assert httpx.post(f"{server}/infill", json=warm, timeout=10).json() == {}
+    assert time.perf_counter() - started < 2
+
+
+def test_openai_package_fills_the_middle_with_a_suffix_and_zeds_fim_prompt(server, runner):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", timeout=60)
+    assert [m.id for m in client.models.list().data] == ["sharpen-embedded"]
+    alone = local_text(runner, PREFIX + "        " + SUFFIX, len(PREFIX) + 8, 24)
+    done = client.completions.create(model="sharpen-embedded", prompt=PREFIX + "        ", suffix=SUFFIX, max_tokens=24)
+    assert done.choices[0].text == alone and done.choices[0].finish_reason in ("stop", "length")
+    assert done.usage.completion_tokens >= 1
+    zed = f"<|fim_prefix|>{PREFIX}        <|fim_suffix|>{SUFFIX}<|fim_middle|>"  # Zed's format for Qwen tokenizers
+    assert client.completions.create(model="sharpen-embedded", prompt=zed, max_tokens=24).choices[0].text == alone
+    with pytest.raises(openai.BadRequestError, match="has no chat template"):
+        client.chat.completions.create(model="sharpen-embedded", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_four_clients_at_once_each_get_what_they_would_alone(server, runner):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", timeout=120)
+    jobs = [(PREFIX + "        ", SUFFIX, seed, tokens) for seed, tokens in ((0, 16), (1, 24), (2, 12), (3, 20))]
+    answers: dict[int, str] = {}
+
+    def ask(i, prefix, suffix, seed, tokens):
+        out = client.completions.create(model="m", prompt=prefix, suffix=suffix, max_tokens=tokens, seed=seed, temperature=0.8)
+        answers[i] = out.choices[0].text
+
+    threads = [threading.Thread(target=ask, args=(i, *job)) for i, job in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for i, (prefix, suffix, seed, tokens) in enumerate(jobs):
+        assert answers[i] == local_text(runner, prefix + suffix, len(prefix), tokens, seed=seed, temperature=0.8)
+
+
+def test_edits_stream_sends_each_steps_slot_states_then_the_change_set(server, runner):
+    text = PREFIX + "        \n" + SUFFIX
+    request = EditRequest(text, (Span(len(PREFIX) + 8, len(PREFIX) + 8, max_tokens=12), Span(4, 12, "rewrite", strength=0.5)), Sampling(steps=6))
+    local = list(runner.run(request))
+    events = []
+    with httpx.stream("POST", f"{server}/v1/edits", json={**request.to_json(), "stream": True}, timeout=60) as answer:
+        assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/event-stream")
+        for line in answer.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                events.append(json.loads(line[6:]))
+    frames = [Progress.from_json(e) for e in events if e["type"] == "frame"]
+    assert [f.spans for f in frames] == [e.spans for e in local if isinstance(e, Progress)]  # what a local preview draws
+    done = Done.from_json(events[-1], request)
+    assert done.result.text == local[-1].result.text
+    plain = httpx.post(f"{server}/v1/edits", json=request.to_json(), timeout=60).json()
+    assert plain["changes"] == local[-1].to_json()["changes"]
+
+
+def _stream_then_leave(url: str, path: str, body: dict) -> None:
+    """A client that reads the first event of a stream and hangs up."""
+    parts = urlsplit(url)
+    payload = json.dumps(body).encode()
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload)
+        seen = b""
+        while b"data: " not in seen:
+            seen += sock.recv(65536)
+
+
+def test_a_client_that_leaves_cancels_its_run_within_a_step(server):
+    # A long run: 8 samples of 128 slots, no cache: seconds of work if nobody stopped it.
+    body = {"text": PREFIX + SUFFIX, "spans": [{"start": len(PREFIX), "max_tokens": 128}], "stream": True,
+            "sampling": {"steps": 128, "samples": 8, "cache": "none"}}
+    stopped, tokens = metric(server, "sharpen_runs_stopped_total"), metric(server, "sharpen_tokens_generated_total")
+    left = time.perf_counter()
+    _stream_then_leave(server, "/v1/edits", body)
+    while metric(server, "sharpen_runs_stopped_total") == stopped:
+        assert time.perf_counter() - left < 5, "the run went on after its client left"
+        time.sleep(0.05)
+    assert metric(server, "sharpen_tokens_generated_total") == tokens  # it never finished
+    assert metric(server, "sharpen_runs_waiting") == 0
+    quick = httpx.post(f"{server}/v1/completions", json={"prompt": PREFIX, "max_tokens": 4}, timeout=30)
+    assert quick.status_code == 200
+
+
+@pytest.mark.parametrize("body, status, message", [
+    (b"{not json", 400, "the body is not JSON"),
+    (b"[1, 2]", 400, "the body must be a JSON object"),
+    (b"\xff\xfe", 400, "the body is not UTF-8"),
+    (json.dumps({"prompt": 3}).encode(), 400, "prompt must be a string"),
+    (json.dumps({"prompt": "x", "max_tokens": 100000}).encode(), 400, "max_tokens is too large"),
+    (json.dumps({"prompt": "x", "temperature": "hot"}).encode(), 400, "temperature must be a number"),
+    (json.dumps({"prompt": "x", "top_p": 0}).encode(), 400, "top_p must be in (0, 1]"),
+    (json.dumps({"prompt": "x", "n": 3}).encode(), 400, "n must be 1"),
+    (json.dumps({"prompt": "x" * LIMIT}).encode(), 413, "the body is too large"),
+])
+def test_malformed_and_oversized_bodies_get_one_line_json_errors(server, body, status, message):
+    answer = httpx.post(f"{server}/v1/completions", content=body, headers={"Content-Type": "application/json"}, timeout=30)
+    assert answer.status_code == status
+    error = answer.json()["error"]
+    assert error["message"].startswith(message) and "\n" not in error["message"] and "Traceback" not in answer.text
+    assert httpx.get(f"{server}/health").json()["status"] == "ok"  # and the server goes on
+
+
+def test_bad_edits_and_unknown_paths_are_json_errors(server):
+    cases = [
+        ({"text": "abc", "spans": [{"start": 9}]}, 400, "span spans[0]: outside the text"),
+        ({"text": "abc", "spans": [{"start": 1, "max_tokens": 100000}]}, 400, "span spans[0]: max_tokens must be between 1 and 4096"),
+        ({"text": "abc", "spans": [{"start": 1}] * 65}, 400, "too many spans"),
+        ({"text": "abc", "spans": [{"start": 1}], "sampling": {"policy": "best"}}, 400, "sampling.policy must be one of"),
+    ]
+    for body, status, message in cases:
+        answer = httpx.post(f"{server}/v1/edits", json=body, timeout=30)
+        assert answer.status_code == status and answer.json()["error"]["message"].startswith(message), answer.text
+    assert httpx.get(f"{server}/nowhere").json()["error"]["message"] == "no such endpoint: /nowhere"
+    assert httpx.get(f"{server}/v1/edits").status_code == 405
+
+
+def _sharpen(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sharpen.app.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+def test_headless_backend_edits_a_file_through_the_server_like_a_local_run(server, tmp_path):
+    path = tmp_path / "fizz.py"
+    original = PREFIX + "        \n" + SUFFIX
+    path.write_text(original)
+    local = _sharpen(str(path), "--apply-edit", "3:9-3:9", "--max-tokens", "16", "--steps", "8", "--json", "-q")
+    remote = _sharpen(str(path), "--apply-edit", "3:9-3:9", "--max-tokens", "16", "--steps", "8", "--in-place", "-q", "--backend", server)
+    assert local.returncode == 0 and remote.returncode == 0, remote.stderr
+    new = path.read_text()
+    assert new == json.loads(local.stdout)["text"]
+    at = len(PREFIX) + 8
+    assert new[:at] == original[:at] and new.endswith(original[at:])  # outside the span: unchanged
+
+
+def test_headless_backend_failures_are_one_line_and_exit_4(tmp_path):
+    path = tmp_path / "f.py"
+    path.write_text("x = 1\n")
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()
+    out = _sharpen(str(path), "--apply-edit", "1:5-1:5", "--in-place", "--backend", f"http://127.0.0.1:{port}")
+    assert out.returncode == 4 and out.stderr.count("\n") == 1 and "cannot reach" in out.stderr
+    assert path.read_text() == "x = 1\n"
+
+
+def test_server_killed_mid_request_is_one_line_exit_4_and_the_file_untouched(tmp_path):
+    path = tmp_path / "f.py"
+    original = PREFIX + SUFFIX
+    path.write_text(original)
+    with live_server() as (url, process):
+        run = subprocess.Popen([sys.executable, "-m", "sharpen.app.cli", str(path), "--apply-edit", "3:1-3:1", "--in-place", "--backend", url,
+                                "--max-tokens", "128", "--steps", "128", "--samples", "8", "--cache", "none"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        deadline = time.monotonic() + 60
+        while metric(url, "sharpen_runs_waiting") == 0:  # the run has started on the server
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.05)
+        process.kill()
+        _, err = run.communicate(timeout=60)
+    assert run.returncode == 4 and err.count("\n") == 1 and "closed the connection" in err, err
+    assert path.read_text() == original
+
+
+async def test_the_editor_runs_through_the_server_and_its_preview_is_the_local_one(server, runner, tmp_path):
+    from pilot import wait_for
+
+    from sharpen.app.config import Config
+    from sharpen.app.tui.editor_app import SharpenApp
+    from sharpen.app.tui.editor_pane import PREVIEW
+    from sharpen.app.tui.themes import load_themes
+
+    path = tmp_path / "fizz.py"
+    original = PREFIX + "        \n" + SUFFIX
+    path.write_text(original)
+    config = Config.of(steps=6).layered({"backend": {"backend": server}})
+    app = SharpenApp([path], config, load_themes(None))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await wait_for(pilot, lambda: app.backend is not None, timeout=60)
+        assert app.status.model == "sharpen-embedded" and "127.0.0.1" in app.status.device
+        seen: list = []
+        backend, run = app.backend, app.backend.run
+
+        def recorded(request, should_stop, every):
+            seen.append(request)
+            for event in run(request, should_stop, every):
+                seen.append(event)
+                yield event
+
+        backend.run = recorded
+        pane = app.active_pane()
+        pane.editor.selection = ((2, 8), (2, 8))
+        await pilot.press("alt+i")
+        await wait_for(pilot, lambda: pane.phase == PREVIEW, timeout=60)
+        request, frames = seen[0], [e for e in seen[1:] if isinstance(e, Progress)]
+        local = {e.step: e for e in runner.run(request) if isinstance(e, Progress)}
+        # Each frame drawn (the editor coalesces to its frame rate) is the local run's frame of that step.
+        assert frames and all(f.spans == local[f.step].spans for f in frames)
+        assert isinstance(seen[-1], Done) and seen[-1].last.spans == runner.result(request).last.spans
+        await pilot.press("tab")
+        new = pane.editor.buffer_text
+        at = len(PREFIX) + 8
+        assert new == runner.result(request).result.text
+        assert new[:at] == original[:at] and new.endswith(original[at:])
