@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from .model import FeedForward, PackedAttention, PackedFeedForward, Transformer
+from .moe import MoEFeedForward, quantized_experts
 from .quantize import quantized_linear
 from .shards import Shards
 
@@ -134,3 +135,21 @@ def _quantize_linears(model: Transformer, shards: Shards, source: dict[str, str]
             q.bias.copy_(shards.read(source[f"{module_name}.bias"]))
         parent, _, leaf = module_name.rpartition(".")
         setattr(model.get_submodule(parent), leaf, q)
+    _quantize_experts(model, shards, source, dtype, where, runs_on, kind)
+
+
+def _quantize_experts(model: Transformer, shards: Shards, source: dict[str, str], dtype: torch.dtype,
+                      where: Callable[[str], torch.device], runs_on: Callable[[str], torch.device], kind: str) -> None:
+    """A mixture of experts' [E, out, in] experts become one quantized linear per expert and
+    projection, filled from the rows the shards serve a few experts at a time (core/moe.py)."""
+    for module_name, layer in list(model.named_modules()):
+        if not isinstance(layer, MoEFeedForward):
+            continue
+        experts = quantized_experts(kind, layer, dtype, where(module_name), runs_on(module_name).type)
+        if experts is None:
+            continue  # shapes the int4 kernels do not take: the experts stay in `dtype`
+        for part, linears in (("gate_up", experts.gate_up), ("down", experts.down)):
+            for start, stop, rows in shards.chunks(source[f"{module_name}.{part}"]):  # rows [experts, out, in]
+                for j in range(stop - start):
+                    linears[start + j].fill_rows(0, rows.shape[1], rows[j])
+        layer.use_quantized(experts)

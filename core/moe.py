@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .quantize import QuantizedLinear, quantized_linear
+
 SCORINGS = ("sigmoid", "softmax")
 
 
@@ -132,6 +134,49 @@ def run_experts(x: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor, ga
     return combined.to(x.dtype)
 
 
+def run_quantized_experts(x: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor, experts: "QuantizedExperts") -> torch.Tensor:
+    """run_experts for int8 / int4 experts: the same sort by expert, one quantized product per
+    active expert (core/quantize.py's kernels read the weights in their stored width)."""
+    n, k = chosen.shape
+    flat = chosen.reshape(-1)  # [N k]
+    order = flat.argsort(stable=True)
+    rows = x[order // k]  # [N k, D]
+    out = torch.empty_like(rows)
+    start = 0
+    for expert, count in enumerate(torch.bincount(flat, minlength=len(experts.gate_up)).tolist()):  # one host read per layer
+        if count:
+            gate, up = experts.gate_up[expert](rows[start:start + count]).chunk(2, dim=-1)
+            out[start:start + count] = experts.down[expert](F.silu(gate) * up)
+            start += count
+    unsorted = torch.empty_like(out)
+    unsorted[order] = out
+    return (unsorted.view(n, k, -1).float() * weights.unsqueeze(-1)).sum(dim=1).to(x.dtype)
+
+
+class QuantizedExperts(nn.Module):
+    """One layer's experts as core/quantize.py's int8 / int4 linears, one per expert and
+    projection (gate|up [2F, D], down [D, F]), filled expert by expert as the loader reads them
+    (core/assemble.py): the full-precision experts never exist whole."""
+
+    def __init__(self, gate_up: list[QuantizedLinear], down: list[QuantizedLinear]) -> None:
+        super().__init__()
+        self.gate_up = nn.ModuleList(gate_up)
+        self.down = nn.ModuleList(down)
+
+
+def quantized_experts(kind: str, layer: "MoEFeedForward", dtype: torch.dtype, device, kernel: str) -> QuantizedExperts | None:
+    """Empty quantized experts for `layer`, or None where int4's kernels do not take its shapes
+    (the experts then stay in `dtype`)."""
+    E, two_f, D = layer.gate_up.shape
+    with torch.device("meta"):  # shape carriers only: quantized_linear reads in/out features and bias
+        shapes = (nn.Linear(D, two_f, bias=False), nn.Linear(two_f // 2, D, bias=False))
+    gate_up = [quantized_linear(kind, shapes[0], dtype, device, kernel) for _ in range(E)]
+    down = [quantized_linear(kind, shapes[1], dtype, device, kernel) for _ in range(E)]
+    if any(q is None for q in gate_up + down):
+        return None
+    return QuantizedExperts(gate_up, down)
+
+
 class SwiGLU(nn.Module):
     """The shared expert: a plain SwiGLU MLP (gate w1, up w3, down w2) on every token."""
 
@@ -166,6 +211,12 @@ class MoEFeedForward(nn.Module):
         # None: the grouped GEMM wherever its kernel takes the dtype (grouped_kernel_takes); False:
         # one product per active expert (what bench/moe.py compares it with).
         self.grouped: bool | None = None
+        self.quantized: QuantizedExperts | None = None  # set by use_quantized: int8 / int4 experts
+
+    def use_quantized(self, experts: QuantizedExperts) -> None:
+        """Run `experts` from now on; the float expert tensors are dropped."""
+        del self.gate_up, self.down
+        self.quantized = experts
 
     def router_logits(self, x: torch.Tensor) -> torch.Tensor:
         """x [N, D] -> [N, E]; float32 where the reference computes them so (LLaDA2)."""
@@ -179,7 +230,10 @@ class MoEFeedForward(nn.Module):
         chosen, weights = route(self.router_logits(flat), self.spec, self.expert_bias)  # [N, k] each
         if self.record_routing:
             self.last_routing = chosen.view(B, S, -1)
-        grouped = grouped_kernel_takes(flat) if self.grouped is None else self.grouped
-        out = run_experts(flat, chosen, weights, self.gate_up, self.down, grouped=grouped)
+        if self.quantized is not None:
+            out = run_quantized_experts(flat, chosen, weights, self.quantized)
+        else:
+            grouped = grouped_kernel_takes(flat) if self.grouped is None else self.grouped
+            out = run_experts(flat, chosen, weights, self.gate_up, self.down, grouped=grouped)
         out = out.view(B, S, D)
         return out if self.shared is None else out + self.shared(x)

@@ -14,6 +14,7 @@ it, so those files are written as one-line stand-ins. Only the sizes are tiny.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -158,4 +159,88 @@ def write_llada2(out: Path, *, version: str = "2.0", seed: int = 31, shards: int
     for name in ("configuration_llada2_moe.py", "modeling_llada2_moe.py"):  # in the release; sharpen never runs them
         (out / name).write_text(f"# {name}: stands in for the release's remote code; sharpen loads this family natively\n")
     write_sharded(out, llada2_state(config, seed, head_scale), shards, dtype)
+    return out
+
+
+# --- SDAR-30B-A3B (JetAstra; Qwen3-MoE names, SDAR's block-diffusion keys) -------------------------
+
+QWEN3_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>")
+QWEN3_TEMPLATE = (
+    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+SDAR_TINY = dict(d=64, layers=2, heads=4, kv=2, head_dim=32, dense_hidden=96, expert_hidden=24, experts=8, top_k=2)
+
+
+def sdar_moe_config(ids: dict[str, int], vocab: int, **shape) -> dict:
+    """config.json as SDAR-30B-A3B-Chat ships it: SDAR's own keys (block_size, mask_token_id, ...)
+    over Qwen3-30B-A3B's MoE keys, at the tiny shape."""
+    s = {**SDAR_TINY, **shape}
+    return {
+        "architectures": ["SDARMoeForCausalLM"],
+        "auto_map": {"AutoConfig": "configuration_sdar_moe.SDARMoeConfig", "AutoModel": "modeling_sdar_moe.SDARMoeModel",
+                     "AutoModelForCausalLM": "modeling_sdar_moe.SDARMoeForCausalLM"},
+        "attention_bias": False, "attention_dropout": 0.0, "attn_implementation": "flex_attention",
+        "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|endoftext|>"],
+        "block_size": 4, "mask_token_id": ids["<|MASK|>"],
+        "decoder_sparse_step": 1, "head_dim": s["head_dim"], "hidden_act": "silu", "hidden_size": s["d"],
+        "initializer_range": 0.02, "intermediate_size": s["dense_hidden"], "max_position_embeddings": 512,
+        "max_window_layers": s["layers"], "mlp_only_layers": [], "model_type": "sdar_moe",
+        "moe_intermediate_size": s["expert_hidden"], "norm_topk_prob": True, "num_attention_heads": s["heads"],
+        "num_experts": s["experts"], "num_experts_per_tok": s["top_k"], "num_hidden_layers": s["layers"],
+        "num_key_value_heads": s["kv"], "output_router_logits": False, "rms_norm_eps": 1e-06, "rope_scaling": None,
+        "rope_theta": 1000000, "router_aux_loss_coef": 0.001, "sliding_window": None, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "transformers_version": "4.52.4", "use_cache": False, "use_sliding_window": False,
+        "vocab_size": vocab,
+    }
+
+
+def sdar_moe_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    d, hd, h, kv = config["hidden_size"], config["head_dim"], config["num_attention_heads"], config["num_key_value_heads"]
+    e, f = config["num_experts"], config["moe_intermediate_size"]
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (config["vocab_size"], d)}
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (d,), p + "self_attn.q_proj.weight": (h * hd, d), p + "self_attn.k_proj.weight": (kv * hd, d),
+            p + "self_attn.v_proj.weight": (kv * hd, d), p + "self_attn.o_proj.weight": (d, h * hd),
+            p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,), p + "post_attention_layernorm.weight": (d,),
+            p + "mlp.gate.weight": (e, d),
+        })
+        for j in range(e):
+            q = p + f"mlp.experts.{j}."
+            shapes.update({q + "gate_proj.weight": (f, d), q + "up_proj.weight": (f, d), q + "down_proj.weight": (d, f)})
+    shapes["model.norm.weight"] = (d,)
+    shapes["lm_head.weight"] = (config["vocab_size"], d)
+    return shapes
+
+
+def write_sdar_moe(out: Path, *, seed: int = 30, shards: int = 2, dtype: torch.dtype = torch.float32, **shape) -> Path:
+    """An SDAR-30B-A3B-Chat checkpoint directory in the release's layout, at the tiny shape."""
+    out.mkdir(parents=True, exist_ok=True)
+    ids = write_tokenizer(out, QWEN3_SPECIAL)
+    config = sdar_moe_config(ids, padded(max(ids.values()) + 1), **shape)
+    _write_json(out / "config.json", config)
+    _write_json(out / "tokenizer_config.json", {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                                                "tokenizer_class": "Qwen2Tokenizer", "model_max_length": 512})
+    (out / "chat_template.jinja").write_text(QWEN3_TEMPLATE)
+    _write_json(out / "special_tokens_map.json", {"additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|MASK|>"],
+                                                  "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"})
+    _write_json(out / "added_tokens.json", {name: ids[name] for name in QWEN3_SPECIAL})
+    _write_json(out / "generation_config.json", {"bos_token_id": ids["<|endoftext|>"], "do_sample": True,
+                                                 "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+                                                 "pad_token_id": ids["<|endoftext|>"], "temperature": 0.6, "top_k": 20, "top_p": 0.95,
+                                                 "transformers_version": "4.51.0"})
+    model = json.loads((out / "tokenizer.json").read_text())["model"]
+    _write_json(out / "vocab.json", model["vocab"])
+    (out / "merges.txt").write_text("#version: 0.2\n" + "\n".join(m if isinstance(m, str) else " ".join(m) for m in model["merges"]) + "\n")
+    for name in ("configuration_sdar_moe.py", "modeling_sdar_moe.py", "tokenization_qwen2.py", "tokenization_qwen2_fast.py",
+                 "fused_linear_diffusion_cross_entropy.py"):  # in the release; sharpen never runs them
+        (out / name).write_text(f"# {name}: stands in for the release's remote code; sharpen loads this family natively\n")
+    state = random_state(sdar_moe_shapes(config), seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    for name in state:
+        if name.endswith("mlp.gate.weight"):  # decided routing, as for LLaDA2 above
+            state[name] = 2.0 * torch.randn(state[name].shape, generator=gen) / state[name].shape[1] ** 0.5
+    write_sharded(out, state, shards, dtype)
     return out

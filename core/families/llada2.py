@@ -18,6 +18,7 @@ Special tokens come from the tokenizer: `<|mask|>` (156895 in the releases), `<|
 """
 from __future__ import annotations
 
+from ..denoiser import BlockRule
 from ..derived import Derived, stacked_experts
 from ..model import ModelConfig
 from ..moe import MoESpec
@@ -137,6 +138,18 @@ def derived(cfg: ModelConfig) -> dict[str, Derived]:
     return out
 
 
+# The releases' generate defaults: blocks of 32; LLaDA2.0 commits every masked token above 0.95
+# (at least one a step); LLaDA2.1 also edits committed tokens (core/loops/editing.py, its own
+# thresholds per mode). Both are chat models. Their config.json files are alike, so the editing
+# decode is a setting (Sampling.editing, default quality) rather than read from the files.
+BLOCK_SIZE = 32
+THRESHOLD = 0.95
+
+
+def block_rule(c: dict) -> BlockRule:
+    return BlockRule(size=BLOCK_SIZE, threshold=THRESHOLD, prompt="chat", edits=True)
+
+
 def _special_ids(config: dict, tokenizer) -> dict:
     return hf.special_ids(config, tokenizer, mask_names=("<|mask|>",), turn_end_names=("<|role_end|>",))
 
@@ -149,4 +162,6 @@ LLADA2 = Family(
     shift_logits=False,
     special_ids=_special_ids,
     derived=derived,
+    loop="block-causal",
+    block_rule=block_rule,
 )
