@@ -24,10 +24,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def run_subcommand(name: str, argv: list[str]) -> int:
-    return {"models": models, "doctor": doctor, "download": download, "serve": serve}[name](argv)
+    return {"models": models, "doctor": doctor, "download": download, "serve": serve, "lsp": lsp}[name](argv)
 
 
-SUBCOMMANDS = ("models", "doctor", "download", "serve")  # `sharpen NAME ...`; a file with one of these names: open it as ./NAME
+SUBCOMMANDS = ("models", "doctor", "download", "serve", "lsp")  # `sharpen NAME ...`; a file with one of these names: open it as ./NAME
 
 
 def serve(argv: list[str]) -> int:
@@ -38,6 +38,17 @@ def serve(argv: list[str]) -> int:
     except ImportError:
         raise UsageError("sharpen serve needs its web stack: pip install 'sharpen[serve]'") from None
     from .serve.main import serve as run
+
+    return run(argv)
+
+
+def lsp(argv: list[str]) -> int:
+    """`sharpen lsp`: a language server on stdio answering inline completions (app/lsp.py)."""
+    try:
+        import pygls  # noqa: F401
+    except ImportError:
+        raise UsageError("sharpen lsp needs pygls: pip install 'sharpen[serve]'") from None
+    from .lsp import main as run
 
     return run(argv)
 

@@ -1,0 +1,129 @@
+"""`sharpen lsp`: a language server on stdio that answers LSP 3.18 textDocument/inlineCompletion.
+
+    sharpen lsp [--model M | --backend URL] [--steps N ...]
+
+Editors with an inline-completion client (Neovim 0.12's vim.lsp.inline_completion, VS Code
+through a small extension, Emacs lsp-bridge) start it and ask for a completion at the cursor;
+the answer is an infill at that point from the same Backend the editor uses (a local model's
+core.run.Runner, or a server with --backend). $/cancelRequest stops the run at its next step.
+Built on pygls (the Python LSP library the Open Law Library maintains), whose client the tests
+drive it with. stdout carries only the protocol; logs go to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import threading
+
+from ..core.errors import SharpenError, UsageError
+from ..core.request import EditRequest
+from ..core.settings import Editing, ModelRequest, Sampling, SettingError
+from ..core.spans import Span
+
+log = logging.getLogger(__name__)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .config import Remote
+    from .flags import add_settings
+
+    parser = _Parser(prog="sharpen lsp", description="A language server on stdio answering textDocument/inlineCompletion with infills.")
+    parser.add_argument("--config", metavar="PATH", help="config file whose [model], [sampling], [edit] and [backend] tables apply")
+    add_settings(parser, ModelRequest, "model")
+    add_settings(parser, Sampling, "sampling")
+    add_settings(parser, Editing, "edit settings (infill_tokens in the config file: slots per completion)")
+    add_settings(parser, Remote, "backend (the key only from $SHARPEN_API_KEY)")
+    return parser
+
+
+class Completer:
+    """The model side of the server: loads the backend once (in the background), runs infills."""
+
+    def __init__(self, backend, sampling: Sampling, editing: Editing) -> None:
+        self.backend, self.sampling, self.editing = backend, sampling, editing
+        self.ready = threading.Event()
+        self.error: str | None = None
+
+    def load(self) -> None:
+        try:
+            self.backend.load()
+        except SharpenError as exc:
+            self.error = str(exc)
+        except Exception as exc:  # the server stays up and says why in each answer
+            log.exception("loading the model failed")
+            self.error = f"{type(exc).__name__}: {exc}"
+        self.ready.set()
+
+    def complete(self, text: str, offset: int, stop: threading.Event) -> str:
+        """The infill at `offset` (blocking; returns "" when stopped)."""
+        from ..core.run import Done
+
+        self.ready.wait()
+        if self.error:
+            raise UsageError(f"the model is unavailable: {self.error}")
+        request = EditRequest(text, (Span(offset, offset, max_tokens=self.editing.infill_tokens),), self.sampling, self.editing)
+        for event in self.backend.run(request, stop.is_set, every=None):
+            if isinstance(event, Done):
+                return event.result.spans[0].text
+        return ""
+
+
+def build_server(completer: Completer):
+    from importlib.metadata import PackageNotFoundError, version
+
+    from lsprotocol import types as lsp
+    from pygls.lsp.server import LanguageServer
+
+    try:
+        release = version("sharpen")
+    except PackageNotFoundError:
+        release = "0"
+    server = LanguageServer("sharpen", release)
+
+    @server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
+    async def inline_completion(ls: LanguageServer, params: lsp.InlineCompletionParams):
+        document = ls.workspace.get_text_document(params.text_document.uri)
+        text = document.source
+        offset = document.offset_at_position(params.position)  # the client's UTF-16 columns, as characters
+        stop = threading.Event()
+        try:
+            filled = await asyncio.to_thread(completer.complete, text, offset, stop)
+        except asyncio.CancelledError:  # $/cancelRequest (or the client went away): stop at the next step
+            stop.set()
+            raise
+        except SharpenError as exc:
+            ls.window_log_message(lsp.LogMessageParams(lsp.MessageType.Warning, f"sharpen: {exc}"))
+            return None
+        if not filled:
+            return lsp.InlineCompletionList(items=[])
+        here = lsp.Range(params.position, params.position)
+        return lsp.InlineCompletionList(items=[lsp.InlineCompletionItem(insert_text=filled, range=here)])
+
+    return server
+
+
+def main(argv: list[str]) -> int:
+    from dataclasses import fields
+
+    from .backend import backend_for
+    from .config import Remote, by_section, load_config
+
+    args = build_parser().parse_args(argv)
+    config = load_config(None if args.config is None else __import__("pathlib").Path(args.config).expanduser())
+    given = {f.name: getattr(args, f.name) for r in (ModelRequest, Sampling, Editing, Remote) for f in fields(r) if hasattr(args, f.name)}
+    try:
+        config = config.layered(by_section(given))
+    except SettingError as exc:
+        raise UsageError(f"--{exc.name.replace('_', '-')} {exc.rule}") from None
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="sharpen lsp: %(message)s")
+    completer = Completer(backend_for(config, quiet=True), config.sampling, config.editing)
+    threading.Thread(target=completer.load, daemon=True, name="sharpen-load").start()
+    build_server(completer).start_io()
+    return 0

@@ -1,0 +1,89 @@
+"""`sharpen lsp` driven by pygls' own LanguageClient over stdio, as Neovim 0.12 would drive it."""
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import pytest
+from serving import ROOT
+
+from sharpen.core.request import EditRequest
+from sharpen.core.run import Runner
+from sharpen.core.settings import Editing, Sampling
+from sharpen.core.spans import Span
+
+TEXT = "def fizzbuzz(n):\n    for i in range(1, n + 1):\n        \n    return n\n"
+LINE, COLUMN = 2, 8
+
+
+@pytest.fixture(scope="module")
+def runner():
+    from sharpen.app.model_choice import load_model
+    from sharpen.core.settings import ModelRequest
+
+    return Runner(load_model(ModelRequest(), quiet=True))
+
+
+async def _client(*args: str):
+    from lsprotocol import types as lsp
+    from pygls.lsp.client import LanguageClient
+
+    client = LanguageClient("sharpen-test", "1")
+    await client.start_io(sys.executable, "-m", "sharpen.app.cli", "lsp", *args, cwd=str(ROOT))
+    capabilities = lsp.ClientCapabilities(text_document=lsp.TextDocumentClientCapabilities(inline_completion=lsp.InlineCompletionClientCapabilities()))
+    result = await client.initialize_async(lsp.InitializeParams(capabilities=capabilities, process_id=None, root_uri=None))
+    client.initialized(lsp.InitializedParams())
+    client.text_document_did_open(lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem("file:///tmp/fizz.py", "python", 1, TEXT)))
+    return client, result
+
+
+def _params():
+    from lsprotocol import types as lsp
+
+    return lsp.InlineCompletionParams(
+        context=lsp.InlineCompletionContext(trigger_kind=lsp.InlineCompletionTriggerKind.Invoked),
+        text_document=lsp.TextDocumentIdentifier("file:///tmp/fizz.py"), position=lsp.Position(LINE, COLUMN))
+
+
+async def _stop(client) -> None:
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+
+
+async def test_inline_completion_is_the_local_infill_at_the_cursor(runner):
+    client, result = await _client("--steps", "8")
+    try:
+        assert result.capabilities.inline_completion_provider is not None
+        answer = await asyncio.wait_for(client.text_document_inline_completion_async(_params()), 60)
+        at = TEXT.index("        \n") + 8
+        alone = runner.result(EditRequest(TEXT, (Span(at, at, max_tokens=Editing().infill_tokens),), Sampling(steps=8))).result.spans[0].text
+        assert len(answer.items) == 1 and answer.items[0].insert_text == alone
+        assert (answer.items[0].range.start.line, answer.items[0].range.start.character) == (LINE, COLUMN)
+    finally:
+        await _stop(client)
+
+
+async def test_cancel_request_stops_the_run(tmp_path):
+    from lsprotocol import types as lsp
+
+    config = tmp_path / "config.toml"
+    config.write_text("[edit]\ninfill_tokens = 128\n")
+    # A run of seconds: 8 samples of 128 slots, 128 steps, no cache.
+    client, _ = await _client("--config", str(config), "--steps", "128", "--samples", "8", "--cache", "none")
+    try:
+        started = time.perf_counter()
+        await asyncio.wait_for(client.text_document_inline_completion_async(_params()), 120)
+        whole = time.perf_counter() - started
+        slow = client.protocol.send_request_async(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, _params(), msg_id="slow-1")
+        await asyncio.sleep(min(0.5, whole / 4))
+        client.protocol.notify(lsp.CANCEL_REQUEST, lsp.CancelParams(id="slow-1"))
+        with pytest.raises(Exception):
+            await asyncio.wait_for(slow, 30)
+        # The model is free again within a step: the next completion takes one run, not the rest of the cancelled one too.
+        started = time.perf_counter()
+        await asyncio.wait_for(client.text_document_inline_completion_async(_params()), 120)
+        assert time.perf_counter() - started < whole * 1.5, (time.perf_counter() - started, whole)
+    finally:
+        await _stop(client)
