@@ -253,3 +253,30 @@ async def test_a_command_that_fails_is_one_line_and_the_editor_goes_on(tmp_path,
         assert "mark_region failed (RuntimeError): something inside broke with a second line" in notices(app)
         await pilot.press("z")
         assert app.active_pane().editor.text.startswith("yz")
+
+
+def test_no_key_of_the_pane_or_app_is_shadowed_by_the_text_area():
+    """The focused TextArea's own bindings come first: TextArea's F6 (select line) and F7 (select
+    all) hid Mark region and Fill marked. No key the pane or the app binds may be one of them."""
+    from sharpen.app.tui.editor_app import SharpenApp
+    from sharpen.app.tui.editor_area import EditorArea
+    from sharpen.app.tui.editor_pane import EditorPane
+
+    area = EditorArea._merge_bindings().key_to_bindings
+    for owner in (EditorPane, SharpenApp):  # the bindings sharpen declares (Textual's own App keys aside)
+        for binding in owner.BINDINGS:
+            for key in binding.key.split(","):
+                assert key not in area or binding.priority, \
+                    f"{owner.__name__}'s {key} ({binding.action}) is taken by the text area ({area[key][0].action})"
+
+
+async def test_f6_marks_the_selection(tmp_path):
+    path = tmp_path / "a.py"
+    path.write_text("x = 1\ny = 2\n")
+    app = make_app([path])
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        await pilot.pause()
+        editor.selection = ((0, 0), (0, 5))
+        await pilot.press("f6")
+        await wait_for(pilot, lambda: editor.marks == [(0, 5)])

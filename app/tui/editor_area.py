@@ -7,10 +7,12 @@ joined with '\\n' (what the engine sees), whatever the file's line endings are.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from textual.document._document import Location
 from textual.document._edit import Edit
+from textual.binding import Binding
 from textual.reactive import reactive
 from textual.widgets import TextArea
 from textual.widgets.text_area import Selection
@@ -56,11 +58,23 @@ def pasted_text(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def inherited_bindings(widget: type, without: tuple[str, ...]) -> list[Binding]:
+    """Every binding `widget` has from its classes (as Textual merges them: a subclass's key wins),
+    less the keys in `without`."""
+    by_key: dict[str, Binding] = {}
+    for cls in reversed(widget.__mro__):
+        for binding in cls.__dict__.get("BINDINGS", ()):
+            binding = binding if isinstance(binding, Binding) else Binding(*binding)
+            for key in binding.key.split(","):
+                by_key[key.strip()] = replace(binding, key=key.strip())
+    return [binding for key, binding in by_key.items() if key not in without]
+
+
 def _is_command_key(key: str) -> bool:
     return key.startswith(("alt+", "ctrl+", "super+"))
 
 
-class EditorArea(TextArea):
+class EditorArea(TextArea, inherit_bindings=False):
     """The buffer's TextArea: syntax highlighting, line numbers, marks, dirty state."""
 
     COMPONENT_CLASSES = TextArea.COMPONENT_CLASSES | {"editor-area--marked"}
@@ -73,6 +87,13 @@ class EditorArea(TextArea):
         & > .editor-area--marked { background: $accent 35%; text-style: underline; }
     }
     """
+
+    # TextArea binds F6 to Select line, F7 to Select all and Ctrl+PageUp/PageDown to scrolling
+    # sideways; sharpen binds them to Mark region, Fill marked (the pane) and the previous/next
+    # tab (the app), and the focused TextArea's binding came first, so those keys never reached
+    # the commands the help lists. TextArea's bindings are taken whole, less those keys
+    # (tests/test_editor_tables.py holds every key sharpen binds against these).
+    BINDINGS = inherited_bindings(TextArea, without=("f6", "f7", "ctrl+pageup", "ctrl+pagedown"))
 
     dirty: reactive[bool] = reactive(False)
     mark_count: reactive[int] = reactive(0)
