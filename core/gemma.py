@@ -249,6 +249,7 @@ LIMITS = {"num_hidden_layers": 1024, "hidden_size": 65536, "intermediate_size": 
           "vocab_size": 1 << 22, "max_position_embeddings": 1 << 24}
 LAYER_KEY = re.compile(r"model\.decoder\.layers\.(\d+)\.")
 EMBEDDING_KEY = "model.decoder.embed_tokens.weight"
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")  # safetensors names a weight may be stored in
 
 
 def check_config(path: Path, config: dict) -> None:
@@ -275,7 +276,12 @@ def check_config(path: Path, config: dict) -> None:
         raise ModelError(f"{path}/config.json: num_hidden_layers is {layers} but layer_types names {len(types)} layers")
     shapes: dict[str, tuple[int, ...]] = {}
     for file in weight_files(path):
-        shapes.update((name, tuple(entry["shape"])) for name, entry in read_header(file).items() if name != "__metadata__")
+        for name, entry in read_header(file).items():
+            if name == "__metadata__":
+                continue
+            if entry["dtype"] not in FLOAT_DTYPES:  # every tensor of the release is floating: F32 bytes declared I32 would load as integers
+                raise ModelError(f"weights file {file.name}: tensor {name} is stored as {entry['dtype']}, not a floating-point weight")
+            shapes[name] = tuple(entry["shape"])
     found = {int(m.group(1)) for key in shapes if (m := LAYER_KEY.match(key))}
     if layers is not None and found and max(found) + 1 != layers:
         raise ModelError(f"{path}/config.json says {layers} layers, but the weights hold {max(found) + 1}")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from . import untrusted
 from .denoiser import ModelSpec, banned_token_ids
 from .errors import ModelError
 from .families import hf
@@ -116,6 +117,7 @@ def load_remote(
     config = read_config(path)
     if not trust_remote_code:
         raise refusal(path, config)
+    untrusted.check_directory(path)  # transformers opens the files itself: no FIFO or device among them
     import transformers
 
     torch_device = torch.device(device)

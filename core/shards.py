@@ -22,6 +22,7 @@ from typing import BinaryIO, Iterator
 
 import torch
 
+from . import untrusted
 from .errors import ModelError
 
 # safetensors dtype names -> torch dtypes (the floating ones a checkpoint's weights come in).
@@ -94,10 +95,8 @@ class Shards:
     def _open(self, file: Path) -> BinaryIO:
         """The one place a weights file is opened."""
         if file not in self._handles:
-            try:
-                self._handles[file] = open(file, "rb", buffering=0)  # noqa: SIM115 (closed by close())
-            except OSError as exc:
-                raise ModelError(f"cannot read weights file {file.name}: {exc.strerror or exc}") from None
+            # Checked on its descriptor (core/untrusted.py): a FIFO or a device swapped in for a shard is refused.
+            self._handles[file] = untrusted.open_regular(file)
         return self._handles[file]
 
     def close(self) -> None:

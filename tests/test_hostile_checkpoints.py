@@ -208,6 +208,13 @@ def _text(key, value):
     return lambda m: edit_json(m / "config.json", lambda c: c["text_config"].update({key: value}))
 
 
+def _relabel(weights: Path, old: bytes, new: bytes) -> None:
+    """Rewrite a safetensors header in place (same length: the offsets stay right)."""
+    data = weights.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    weights.write_bytes(data[:8] + data[8:8 + length].replace(old, new) + data[8 + length:])
+
+
 GEMMA_CASES = [
     ("rope-theta-nan", lambda m: (m / "config.json").write_text((m / "config.json").read_text().replace('"rope_theta": 10000.0', '"rope_theta": NaN')),
      "NaN is not a number JSON allows"),
@@ -224,6 +231,7 @@ GEMMA_CASES = [
     ("t-min-string", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(t_min="0.4")), "t_min is '0.4', not a number"),
     ("eos-strings", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(eos_token_id=["<eos>"])), "not a whole number or a list of them"),
     ("processor-fifo", lambda m: fifo(m / "processor_config.json"), "processor_config.json is a FIFO, not a regular file"),
+    ("dtype-lie", lambda m: _relabel(m / "model-00001-of-00002.safetensors", b'"F32"', b'"I32"'), "not a floating-point weight"),
     ("shard-truncated", lambda m: (lambda f: f.write_bytes(f.read_bytes()[:-100]))(m / "model-00002-of-00002.safetensors"), "truncated weights file"),
 ]
 
@@ -358,3 +366,13 @@ def test_a_selection_too_big_for_the_canvas_is_refused_before_encoding(tiny_mode
         with pytest.raises(SpanError, match="at least .* tokens, but the model's canvas holds 512"):
             canvas.build_canvas(text, [Span(0, len(text) - 1, mode)], denoiser.tokenizer, denoiser.spec.mask_id, 256, 512)
     assert not [n for n in encoded if n > 100_000]  # never the whole selection
+
+
+def test_remote_code_checkpoints_are_checked_before_transformers_opens_them(cli, tiny_model_dir, tmp_path):
+    """--trust-remote-code hands the directory to transformers, which opens files itself: a FIFO
+    among them is refused first instead of blocking the load forever."""
+    model = copy(tiny_model_dir, tmp_path)
+    edit_json(model / "config.json", lambda c: c.update(model_type="evil", auto_map={"AutoModel": "modeling_evil.EvilModel"}))
+    fifo(model / "modeling_evil.py")
+    code, line = cli(model, "--trust-remote-code")
+    assert code == 4 and "modeling_evil.py is a FIFO, not a regular file" in line, line
