@@ -194,12 +194,19 @@ def dispatch(model: Transformer, device_map: dict[str, int | str]) -> Transforme
     main_arg = "cpu" if main.type == "cpu" else main  # accelerate compares with the string "cpu"
     cfg = model.cfg
     offload_dir = tempfile.mkdtemp(prefix="sharpen-offload-") if "disk" in device_map.values() else None
+    # accelerate warns that offloaded parameters sit on the meta device: the plan above already says
+    # where each module lives, and stderr is the user's (a stray line per run).
+    accelerate_log = logging.getLogger("accelerate.big_modeling")
+    level = accelerate_log.level
+    accelerate_log.setLevel(logging.ERROR)
     try:
         model = dispatch_model(model, device_map=dict(device_map), main_device=main_arg, offload_dir=offload_dir)
     except (RuntimeError, ValueError) as exc:
         if offload_dir is not None:
             shutil.rmtree(offload_dir, ignore_errors=True)
         raise ModelError(f"cannot place the model on {sorted(set(map(str, device_map.values())))}: {str(exc).splitlines()[0]}") from None
+    finally:
+        accelerate_log.setLevel(level)
     if offload_dir is not None:
         # accelerate re-opens the offloaded weights' files at every pass, so they live as long as the
         # model; then (or at exit) they go: a model's worth of gigabytes per run was left in $TMPDIR.
