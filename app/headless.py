@@ -313,7 +313,8 @@ def json_report(done, source: TextFile, seconds: float) -> dict:
         "sharp_per_step": shared["sharp_per_step"],
         "spans": [
             {"range": format_range(index, s["start"], s["end"]), "mode": s["mode"], "text": s["text"], "steps": shared["steps"],
-             "tokens": s["tokens"], "seconds": denoise, "alternatives": s["alternatives"]}
+             "tokens": s["tokens"], "seconds": denoise, "alternatives": s["alternatives"],
+             **{k: s[k] for k in ("commits", "edits") if k in s}}  # a loop that edits its own tokens (LLaDA2.1)
             for s in shared["spans"]
         ],
         "text": done.result.changes().apply(source.text),

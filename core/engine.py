@@ -37,6 +37,10 @@ class SpanResult:
     text: str  # the new text of the span, best sample
     tokens: int  # tokens generated (pad/eos removed)
     alternatives: tuple[str, ...]  # every sample's text, best first (alternatives[0] == text)
+    # Loops that edit their own tokens (LLaDA2.1, core/loops/editing.py): the first sample's
+    # mask-to-token commits and token-to-token edits in this span; None for the other loops.
+    commits: int | None = None
+    edits: int | None = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +209,8 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
                 text=per_sample[best][i],
                 tokens=sum(1 for t in frame.final_ids[best][i] if t not in drop),
                 alternatives=tuple(per_sample[b][i] for b in ranking),
+                commits=frame.edit_counts[i][0] if frame.edit_counts else None,
+                edits=frame.edit_counts[i][1] if frame.edit_counts else None,
             )
             for i, span in enumerate(ordered)
         )

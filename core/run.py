@@ -114,7 +114,9 @@ class Done:
             "changes": [{"start": c.start, "end": c.end, "text": c.text} for c in result.changes().changes],
             "spans": [
                 {"start": r.span.start, "end": r.span.end, "mode": r.span.mode, "text": r.text, "tokens": r.tokens,
-                 "alternatives": list(r.alternatives[1:])}
+                 "alternatives": list(r.alternatives[1:]),
+                 # a loop that edits its own tokens (LLaDA2.1) counts its commits and edits per span
+                 **({"commits": r.commits, "edits": r.edits} if r.edits is not None else {})}
                 for r in result.spans
             ],
             "last": self.last.to_json(),
@@ -128,7 +130,7 @@ class Done:
         if len(data["spans"]) != len(request.spans):
             raise ModelError("the server answered for a different number of spans")
         spans = tuple(
-            SpanResult(span, s["text"], int(s["tokens"]), (s["text"], *s.get("alternatives", ())))
+            SpanResult(span, s["text"], int(s["tokens"]), (s["text"], *s.get("alternatives", ())), s.get("commits"), s.get("edits"))
             for span, s in zip(request.spans, data["spans"])
         )
         new_text = ChangeSet.of((r.span.start, r.span.end, r.text) for r in spans).apply(request.text)
@@ -180,9 +182,16 @@ class Runner:
             every: float | None = 0.0) -> Iterator[Event]:
         """Progress events (every step with every=0, at most one per `every` seconds, none with
         None), then Done. Ends without Done when `should_stop` turns true; raises SharpenError."""
+        done = None
         with self._turn(should_stop) as ours:
             if ours:
-                yield from self._events(request, should_stop, every)
+                for event in self._events(request, should_stop, every):
+                    if isinstance(event, Done):
+                        done = event
+                        break
+                    yield event
+        if done is not None:  # after the turn ends: whoever reads the result finds the model free
+            yield done
 
     def result(self, request: EditRequest, should_stop: Callable[[], bool] = lambda: False) -> Done:
         """Run to the end; Cancelled if stopped."""

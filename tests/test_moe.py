@@ -331,3 +331,50 @@ def test_quantize_reaches_the_experts(tmp_path, kind):
     got = run_quantized_experts(x, chosen, weights, layer.quantized)
     error = ((got - exact).norm() / exact.norm()).item()
     assert 0 < error < (0.02 if kind == "int8" else 0.25)  # a mixed-up expert gives ~1.4
+
+
+# --- LLaDA2.1 through the front ends -----------------------------------------------------------------
+
+TEXT = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"
+
+
+def test_llada21_headless_json_counts_commits_and_edits_and_keeps_the_text_outside(llada2, tmp_path):
+    import subprocess
+    import sys
+
+    target = tmp_path / "a.py"
+    target.write_text(TEXT)
+    runs = {}
+    for mode in ("quality", "off"):
+        proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:5-2:17", "--model",
+                               str(llada2["2.1"]), "--json", "--editing", mode], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        runs[mode] = json.loads(proc.stdout)
+    out = runs["quality"]
+    assert out["text"].startswith("def add(a, b):\n    ") and out["text"].endswith("\n\n\nprint(add(1, 2))\n")
+    span = out["spans"][0]
+    assert span["commits"] > 0 and span["edits"] > 0  # this checkpoint's decode edits in quality mode
+    assert "edits" not in runs["off"]["spans"][0]  # no editing loop, no counts
+    assert target.read_text() == TEXT
+
+
+def test_llada21_frames_show_an_edit_and_the_preview_draws_it(llada2):
+    from sharpen.app.tui.preview import EDITED as EDITED_KIND
+    from sharpen.app.tui.preview import span_pieces
+    from sharpen.core.engine import run_edit
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+
+    den = load_denoiser(llada2["2.1"])
+    start = TEXT.index("return")
+    seen = []
+    for edit_frame in run_edit(den, TEXT, [Span(start, start + len("return a + b"), mode="infill")], Sampling(editing="quality")):
+        span = edit_frame.frame.spans[0]
+        if "edited" in span.states:
+            seen.append(span)
+    assert seen  # at least one step replaced a committed token
+    span = seen[0]
+    p = span.states.index("edited")
+    assert span.replaced[p] is not None and span.replaced[p] != span.tokens[p]
+    pieces = span_pieces(span.tokens, span.confidence, lambda toks: [den.tokenizer.decode([t]) for t in toks], set(), span.noise, span.states)
+    assert EDITED_KIND in {piece.kind for piece in pieces}
