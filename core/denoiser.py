@@ -31,8 +31,18 @@ class BlockRule:
     """How a block-causal release denoises, from its config.json and its reference generate loop."""
 
     size: int  # tokens per block (config.json block_size / bd_size): bidirectional inside, causal across
-    threshold: float  # low-confidence-dynamic: every masked token above this commits, at least the scheduled share
+    threshold: float | None  # low-confidence-dynamic: every masked token above this commits (None: the scheduled share only)
     prompt: str = "chat"  # the edit form the release documents (PROMPT_FORMS, not "auto")
+    # How the reference draws a token: "multinomial" (SDAR generate.py: temperature, top-k, top-p,
+    # a multinomial draw, confidence of the drawn token) or "gumbel" (LLaDA's: Gumbel-max in
+    # float64 at the temperature, confidence from the untempered softmax).
+    sampler: str = "multinomial"
+    # What a block's per-step shares divide: "block" (its size, SDAR) or "masks" (the masks it
+    # starts with; a step whose share is 0 is skipped, Stable-DiffCoder's generate_block).
+    schedule: str = "block"
+    # Whether the last block is filled up to the block size with masks that are denoised and
+    # dropped (SDAR generate.py) or ends where the slots end (Stable-DiffCoder's generate_block).
+    pad_last: bool = True
     edits: bool = False  # the release's decode edits its own committed tokens (LLaDA2.1: core/loops/editing.py)
 
     def __post_init__(self) -> None:
@@ -40,6 +50,8 @@ class BlockRule:
             raise ValueError(f"block size {self.size!r} must be a whole number of at least 1")
         if self.prompt not in PROMPT_FORMS[1:]:
             raise ValueError(f"unknown prompt form {self.prompt!r}; known: {', '.join(PROMPT_FORMS[1:])}")
+        if self.sampler not in ("multinomial", "gumbel") or self.schedule not in ("block", "masks"):
+            raise ValueError(f"unknown sampler {self.sampler!r} or schedule {self.schedule!r}")
 
 
 @dataclass(frozen=True)

@@ -122,3 +122,83 @@ def write_sdar(out: Path, *, seed: int = 7, tie: bool = False, shards: int = 2, 
     (out / "README.md").write_text("# SDAR (tiny random test checkpoint in the release layout)\n", encoding="utf-8")
     write_sharded(out, random_state(qwen3_shapes(vocab, tie), seed), shards, dtype)
     return out
+
+
+# Stable-DiffCoder-8B-Instruct (huggingface.co/ByteDance-Seed, the transformers-5 revision): config.json
+# (model_type llama, architectures StableDiffcoderForCausalLM, auto_map to modeling_stable_diffcoder),
+# tokenizer.json + tokenizer_config.json (the chat template) + special_tokens_map.json, sharded
+# safetensors with the index, modeling_stable_diffcoder.py, README.md. No generation_config.json.
+# Seed-Coder's specials open the vocabulary; id 5 is the mask generate_block uses by default.
+SEED_SPECIAL = ("<[begin▁of▁sentence]>", "<[PAD▁TOKEN]>", "<[end▁of▁sentence]>", "<[SEP▁TOKEN]>", "<[CLS▁TOKEN]>", "<[MASK▁TOKEN]>")
+SEED_TEMPLATE = (  # Seed-Coder-Instruct's turns, shortened to what an edit uses
+    "{{ bos_token }}{%- for message in messages %}{{- '<[begin▁of▁sentence]>' + message['role'] + '\n' + message['content'] + "
+    "'<[end▁of▁sentence]>' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<[begin▁of▁sentence]>assistant\n' }}{%- endif %}"
+)
+STABLE_DIFFCODER_FILES = ("README.md", "config.json", "model.safetensors.index.json", "modeling_stable_diffcoder.py",
+                          "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json")
+
+
+def _seed_tokenizer(out: Path, bpe_size: int = 300) -> dict[str, int]:
+    """Byte-level BPE whose first ids are Seed-Coder's special tokens, as in the release."""
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    from checkpoints import TRAINING_TEXT
+
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=bpe_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+                                  special_tokens=list(SEED_SPECIAL))
+    hf.train_from_iterator(TRAINING_TEXT, trainer=trainer)
+    hf.save(str(out / "tokenizer.json"))
+    return {name: hf.token_to_id(name) for name in SEED_SPECIAL}
+
+
+def llama_shapes(vocab: int) -> dict[str, tuple[int, ...]]:
+    hd = D // HEADS
+    shapes = {"model.embed_tokens.weight": (vocab, D)}
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (D,), p + "self_attn.q_proj.weight": (D, D), p + "self_attn.k_proj.weight": (KV * hd, D),
+            p + "self_attn.v_proj.weight": (KV * hd, D), p + "self_attn.o_proj.weight": (D, D), p + "post_attention_layernorm.weight": (D,),
+            p + "mlp.gate_proj.weight": (HIDDEN, D), p + "mlp.up_proj.weight": (HIDDEN, D), p + "mlp.down_proj.weight": (D, HIDDEN),
+        })
+    shapes["model.norm.weight"] = (D,)
+    shapes["lm_head.weight"] = (vocab, D)
+    return shapes
+
+
+def write_stable_diffcoder(out: Path, *, seed: int = 9, shards: int = 2, dtype: torch.dtype = torch.float32,
+                           instruct: bool = True) -> Path:
+    """Stable-DiffCoder-8B-Instruct's file set (Base: no chat template), tiny."""
+    out.mkdir(parents=True, exist_ok=True)
+    ids = _seed_tokenizer(out)
+    assert ids["<[MASK▁TOKEN]>"] == 5
+    vocab = padded(300)
+    _json(out / "config.json", {
+        "architectures": ["StableDiffcoderForCausalLM"],
+        "auto_map": {"AutoModel": "modeling_stable_diffcoder.StableDiffcoderForCausalLM",
+                     "AutoModelForCausalLM": "modeling_stable_diffcoder.StableDiffcoderForCausalLM"},
+        "attention_bias": False, "attention_dropout": 0.1, "bos_token_id": ids["<[begin▁of▁sentence]>"],
+        "eos_token_id": ids["<[end▁of▁sentence]>"], "hidden_act": "silu", "hidden_size": D, "initializer_range": 0.009882118,
+        "intermediate_size": HIDDEN, "layer_norm_eps": None, "max_position_embeddings": 8192, "mlp_bias": False,
+        "model_type": "llama", "num_attention_heads": HEADS, "num_hidden_layers": LAYERS, "num_key_value_heads": KV,
+        "resid_pdrop": 0.1, "rms_norm_eps": 1e-6, "rope_theta": 500000.0, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "transformers_version": "5.3.0", "use_cache": True, "vocab_size": vocab})
+    special = {"bos_token": "<[begin▁of▁sentence]>", "eos_token": "<[end▁of▁sentence]>", "pad_token": "<[PAD▁TOKEN]>",
+               "sep_token": "<[SEP▁TOKEN]>"}
+    _json(out / "special_tokens_map.json", {k: {"content": v, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
+                                           for k, v in special.items()})
+    decoder = {str(ids[t]): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+               for t in SEED_SPECIAL}
+    tok_cfg = {"added_tokens_decoder": decoder, **special, "clean_up_tokenization_spaces": False, "model_max_length": 8192,
+               "tokenizer_class": "PreTrainedTokenizerFast"}
+    if instruct:
+        tok_cfg["chat_template"] = SEED_TEMPLATE
+    _json(out / "tokenizer_config.json", tok_cfg)
+    (out / "modeling_stable_diffcoder.py").write_text("# modeling_stable_diffcoder.py: stands in for the release's remote code; "
+                                                      "sharpen loads this family natively\n")
+    (out / "README.md").write_text("# Stable-DiffCoder (tiny random test checkpoint in the release layout)\n", encoding="utf-8")
+    write_sharded(out, random_state(llama_shapes(vocab), seed), shards, dtype)
+    return out

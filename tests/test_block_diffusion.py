@@ -311,3 +311,90 @@ def test_the_cli_edits_with_an_sdar_release(sdar_dir, tmp_path):
         out = json.loads(proc.stdout)
         assert out["text"].startswith(TEXT[:19]) and out["text"].endswith(TEXT[31:])
     assert target.read_text() == TEXT
+
+
+# --- Stable-DiffCoder: detected by architectures/auto_map, Llama's logits, its generate_block ---
+
+SDC_GOLDEN = json.loads((Path(__file__).parent / "golden" / "stable_diffcoder_generate.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def sdc_dir(tmp_path_factory):
+    from block_checkpoints import write_stable_diffcoder
+
+    return write_stable_diffcoder(tmp_path_factory.mktemp("sdc") / "Stable-DiffCoder-8B-Instruct-tiny")
+
+
+@pytest.fixture(scope="module")
+def sdc(sdc_dir):
+    from sharpen.core.loading import load_denoiser
+
+    return load_denoiser(sdc_dir)
+
+
+def test_stable_diffcoder_is_told_from_a_plain_llama_by_architectures_or_auto_map(sdc_dir, sdc):
+    from block_checkpoints import STABLE_DIFFCODER_FILES
+
+    assert set(STABLE_DIFFCODER_FILES) <= {p.name for p in sdc_dir.iterdir()} and not (sdc_dir / "generation_config.json").exists()
+    config = json.loads((sdc_dir / "config.json").read_text())
+    assert config["model_type"] == "llama" and families.family_for(config).name == "stable-diffcoder"
+    old = {**config, "architectures": ["LlamaForCausalLM"], "auto_map": {"AutoModel": "modeling_seed_diffcoder.SeedDiffcoderModel"}}
+    assert families.family_for(old).name == "stable-diffcoder"  # the transformers-4.46 revision
+    plain = {k: v for k, v in config.items() if k != "auto_map"} | {"architectures": ["LlamaForCausalLM"]}
+    with pytest.raises(ModelError, match="unknown model family"):
+        families.family_for(plain)  # an autoregressive Llama is not a denoiser
+    assert sdc.spec.loop == "block-causal" and sdc.spec.mask_id == 5 and sdc.spec.eos_id == config["eos_token_id"]
+    assert sdc.spec.block.size == 4 and sdc.spec.block.threshold is None and not sdc.spec.shift_logits
+
+
+def test_stable_diffcoder_logits_equal_transformers_llama_with_a_block_causal_mask(sdc_dir, sdc):
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    c = json.loads((sdc_dir / "config.json").read_text())
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "rms_norm_eps", "rope_theta", "max_position_embeddings", "tie_word_embeddings", "attention_bias", "mlp_bias", "hidden_act")
+    reference = LlamaForCausalLM(LlamaConfig(**{k: c[k] for k in keys}, attn_implementation="sdpa")).eval()
+    state = {}
+    for f in sorted(sdc_dir.glob("*.safetensors")):
+        state.update(load_file(str(f)))
+    reference.load_state_dict(state, strict=True)
+    T = 11
+    ids = torch.randint(6, 290, (1, T), generator=torch.Generator().manual_seed(3))
+    mask = block_causal_mask(torch.arange(T), T, 4)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask[None, None]).logits
+    torch.testing.assert_close(sdc.logits(ids, attend=Attend(mask=mask)), expected, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", SDC_GOLDEN["cases"], ids=lambda c: f"p{len(c['prompt'])}-t{c['temperature']}-s{c['seed']}")
+def test_the_block_loop_writes_what_stable_diffcoder_generate_block_writes(sdc, case):
+    """Token for token against the release's generate_block (tests/golden/stable_diffcoder_generate.py):
+    Gumbel-max sampling, a share of each block's masks per step, a short last block, the eos stop."""
+    from sharpen.core.canvas import Canvas
+    from sharpen.core.loops.block import block_denoise
+    from sharpen.core.settings import Sampling
+
+    prompt, n = case["prompt"], case["gen_length"]
+    canvas = Canvas(ids=(*prompt, *[5] * n), slots=(range(len(prompt), len(prompt) + n),), spans=(), window=(0, 0), mask_id=5)
+    per_block = case["steps"] // (n // SDC_GOLDEN["block_length"])  # generate_block's steps are for the whole answer
+    frames = list(block_denoise(sdc, canvas, Sampling(seed=case["seed"], temperature=case["temperature"], steps=per_block), ban=False))
+    ours = list(frames[-1].final_ids[0][0])
+    expected = case["output"][len(prompt):len(prompt) + n]
+    eos = SDC_GOLDEN["eos_id"]
+    cut = expected.index(eos) + 1 if eos in expected else n  # after its eos the reference writes eos, sharpen pads: both dropped
+    assert ours[:cut] == expected[:cut]
+    assert all(t in sdc.spec.end_ids for t in ours[cut:])
+
+
+def test_the_cli_edits_with_a_stable_diffcoder_release(sdc_dir, tmp_path):
+    import subprocess
+    import sys
+
+    target = tmp_path / "a.py"
+    target.write_text(TEXT)
+    proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:5-2:17", "--model", str(sdc_dir), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["text"].startswith(TEXT[:19]) and out["text"].endswith(TEXT[31:]) and target.read_text() == TEXT

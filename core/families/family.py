@@ -26,6 +26,8 @@ class Family:
     derived: Callable[[ModelConfig], dict] | None = None
     loop: str = "masked"  # the denoising loop its models run (core/denoiser.py LOOPS)
     block_rule: Callable[[dict], object] | None = None  # block-causal: config.json -> core.denoiser.BlockRule
+    # Where model_type alone is not enough (Stable-DiffCoder says "llama"): config.json -> is it this family?
+    matches: Callable[[dict], bool] | None = None
 
 
 def expand_weight_map(family: Family, n_layers: int) -> dict[str, str]:

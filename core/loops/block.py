@@ -61,6 +61,18 @@ def sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: f
     return token.view(B, P), probs.gather(-1, token).view(B, P)
 
 
+def gumbel_sample(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens, their probabilities) [B, P] as LLaDA-style references draw them: Gumbel-max in
+    float64 at the temperature (the argmax at 0); the probability from the untempered softmax."""
+    if temperature == 0:
+        token = logits.argmax(-1)  # [B, P]
+    else:
+        noise = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=torch.float64)
+        token = (logits.double().exp() / (-torch.log(noise)) ** temperature).argmax(-1)
+    p = F.softmax(logits.double(), dim=-1).gather(-1, token[..., None]).squeeze(-1)
+    return token, p  # float64: the reference ranks commits by it
+
+
 def commits(p_token: torch.Tensor, masked: torch.Tensor, share: int, threshold: float | None) -> torch.Tensor:
     """[B, P] which masked positions commit: low-confidence-dynamic (every one above `threshold`
     when there are at least `share` of them) or static (the `share` most confident)."""
@@ -86,7 +98,8 @@ def block_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), sho
     device, mask_id, size = denoiser.device, spec.mask_id, rule.size
     (slots,) = canvas.slots
     n = len(canvas.ids)
-    total_len = -(-n // size) * size  # whole blocks: the last block's tail past the slots is denoised and dropped
+    # Whole blocks (the last one's tail past the slots denoised and dropped), or a short last block.
+    total_len = -(-n // size) * size if rule.pad_last else n
     x = torch.full((settings.samples, total_len), mask_id, dtype=torch.long, device=device)  # [B, T]
     x[:, :n] = torch.tensor(canvas.ids, device=device)
     B = x.shape[0]
@@ -94,9 +107,9 @@ def block_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), sho
     end_ids = torch.tensor(spec.end_ids, dtype=torch.long, device=device)
     generator = torch.Generator(device=device).manual_seed(settings.seed)
     steps = min(size, settings.steps or size)
-    schedule = transfer_schedule(size, steps)
+    schedule = transfer_schedule(size, steps)  # rule.schedule "masks": recomputed per block from its masks
     first = slots.start // size  # the first block that holds a slot; blocks before it are prompt only
-    blocks = range(first, total_len // size)
+    blocks = range(first, -(-total_len // size))
     confidence = torch.zeros(B, total_len, device=device)
     guesses = x.clone()
     written = torch.zeros(B, total_len, dtype=torch.bool, device=device)  # what this run committed
@@ -122,29 +135,35 @@ def block_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), sho
     yield frame(0)
     step = 0
     for k in blocks:
-        block = torch.arange(k * size, (k + 1) * size, device=device)  # [P]
-        for block_step in range(steps + 1):
+        end = min((k + 1) * size, total_len)
+        block = torch.arange(k * size, end, device=device)  # [P]
+        if rule.schedule == "masks":  # shares of the masks the block starts with; empty steps are skipped
+            schedule = [n for n in transfer_schedule(int((x[0, block] == mask_id).sum()), steps) if n] or [0]
+        for block_step in range(len(schedule) + 1):
             if should_stop():
                 return
             with torch.inference_mode():
                 tokens = x[:, block]  # [B, P]
                 masked = tokens == mask_id
                 if not bool(masked.any()):  # the one host sync per step: the block is done, write it
-                    denoiser.logits(x, want=block[-1:], run=block, cache=cache, attend=Attend(keys=(k + 1) * size))
+                    denoiser.logits(x, want=block[-1:], run=block, cache=cache, attend=Attend(keys=end))
                     break
                 logits = denoiser.logits(x, want=block, run=block, cache=cache, attend=Attend(keys=k * size, write=False))  # [B, P, V]
                 if banned is not None:
                     logits = logits.index_fill(-1, banned, float("-inf"))
-                proposal, p_token = sample(logits, settings.temperature, settings.top_k, settings.top_p, generator)
-                share = schedule[min(block_step, steps - 1)]
+                if rule.sampler == "gumbel":
+                    proposal, p_token = gumbel_sample(logits, settings.temperature, generator)
+                else:
+                    proposal, p_token = sample(logits, settings.temperature, settings.top_k, settings.top_p, generator)
+                share = schedule[min(block_step, len(schedule) - 1)]
                 commit = commits(p_token, masked, share, rule.threshold if settings.schedule == "threshold" else None)
                 x[:, block] = torch.where(commit, proposal, tokens)
                 guesses[:, block] = torch.where(commit | ~masked, x[:, block], proposal)
-                confidence[:, block] = torch.where(commit | masked, p_token, confidence[:, block])
+                confidence[:, block] = torch.where(commit | masked, p_token.float(), confidence[:, block])
                 written[:, block] |= commit
             step += 1
             yield frame(step)
-        ended = torch.isin(x[:, slots.start:min((k + 1) * size, slots.stop)], end_ids).any(1)  # [B]
+        ended = torch.isin(x[:, slots.start:min(end, slots.stop)], end_ids).any(1)  # [B]
         if end_ids.numel() and bool(ended.all()):  # every sample has ended its answer: the rest is padding
             rest = x[:, slots.start:slots.stop]
             x[:, slots.start:slots.stop] = torch.where(rest == mask_id, end_ids[0], rest)
