@@ -282,3 +282,44 @@ async def test_the_editor_runs_through_the_server_and_its_preview_is_the_local_o
         at = len(PREFIX) + 8
         assert new == runner.result(request).result.text
         assert new[:at] == original[:at] and new.endswith(original[at:])
+
+
+@pytest.fixture(scope="module")
+def asgi(runner):
+    """The application in this process (httpx's ASGI transport), with a key and a line of one run."""
+    from sharpen.app.backend import LocalBackend
+    from sharpen.app.serve.app import build_app
+    from sharpen.app.serve.common import Limits, Server
+
+    backend = LocalBackend.of(runner.denoiser, max_waiting=0)
+    server = Server(backend, backend.describe(), Limits(waiting=0), api_key="s3cret")
+    return build_app(server), backend
+
+
+async def test_the_key_is_required_except_for_health(asgi):
+    app, _ = asgi
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        assert (await client.get("/health")).status_code == 200
+        refused = await client.post("/v1/completions", json={"prompt": "x", "max_tokens": 2})
+        assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+        wrong = await client.get("/v1/models", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        ok = await client.post("/v1/completions", json={"prompt": "x", "max_tokens": 2}, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+
+
+async def test_a_full_line_answers_503_with_retry_after(asgi):
+    app, backend = asgi
+    holding = backend.runner.run(EditRequest(PREFIX, (Span(len(PREFIX), len(PREFIX), max_tokens=4),)))
+    next(holding)  # a run holds the model; with no room in line, the next is refused at once
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            busy = await client.post("/v1/edits", json={"text": "ab", "spans": [{"start": 1}]}, headers={"Authorization": "Bearer s3cret"})
+        assert busy.status_code == 503 and busy.headers["Retry-After"] == "1" and "busy" in busy.json()["error"]["message"]
+    finally:
+        holding.close()
+
+
+def test_serve_refuses_a_public_host_without_a_key():
+    out = _sharpen("serve", "--host", "0.0.0.0", "--port", "0", timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "SHARPEN_API_KEY" in out.stderr

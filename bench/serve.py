@@ -1,0 +1,120 @@
+"""Throughput and latency of `sharpen serve` with 1, 2, 4 and 8 clients at once.
+
+    python bench/serve.py [--model M] [--requests 6] [--max-tokens 32] [--clients 1,2,4,8]
+
+Starts a server process on a free loopback port, then for each client count runs that many
+threads, each sending `--requests` fill-in-the-middle completions (/v1/completions with a
+suffix, different places in a few real files, seeds per request), and prints aggregate tokens
+per second, requests per second and latency percentiles. The server runs one request on the
+model at a time (core.run.Runner: arrival order), so more clients show queueing: the aggregate
+stays near one client's and latency grows with the line. Prints a table; asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ["examples/fizzbuzz.py", "core/changes.py", "core/spans.py", "app/specs.py"]
+
+
+def start_server(model: str | None) -> tuple[subprocess.Popen, int, object]:
+    log = tempfile.TemporaryFile("w+b")
+    args = [sys.executable, "-m", "sharpen.app.cli", "serve", "--port", "0", "--max-waiting", "64"] + (["--model", model] if model else [])
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT)
+    deadline = time.monotonic() + 300
+    while True:
+        log.seek(0)
+        text = log.read().decode("utf-8", "replace")
+        if "listening on http://" in text:
+            return process, int(text.split("listening on http://")[1].split()[0].rsplit(":", 1)[1]), log
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the server did not start: {text}")
+        time.sleep(0.05)
+
+
+def jobs(count: int, max_tokens: int) -> list[dict]:
+    """Completions at line starts of real files: the text before as prompt, after as suffix."""
+    out = []
+    texts = [(ROOT / s).read_text(encoding="utf-8") for s in SOURCES]
+    for i in range(count):
+        text = texts[i % len(texts)]
+        lines = text.splitlines(keepends=True)
+        row = 3 + (i * 7) % max(1, len(lines) - 6)
+        at = sum(len(line) for line in lines[:row])
+        out.append({"prompt": text[:at], "suffix": text[at:], "max_tokens": max_tokens, "seed": i})
+    return out
+
+
+def ask(port: int, body: dict) -> tuple[float, int]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    started = time.perf_counter()
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    answer = conn.getresponse()
+    data = json.loads(answer.read())
+    conn.close()
+    if answer.status != 200:
+        raise SystemExit(f"the server answered {answer.status}: {data}")
+    return time.perf_counter() - started, int(data["usage"]["completion_tokens"])
+
+
+def round_of(port: int, clients: int, requests: int, max_tokens: int) -> dict:
+    work = jobs(clients * requests, max_tokens)
+    latencies: list[float] = []
+    tokens = [0]
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        for body in work[k::clients]:
+            seconds, n = ask(port, body)
+            with lock:
+                latencies.append(seconds)
+                tokens[0] += n
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - started
+    latencies.sort()
+    return {"clients": clients, "requests": len(latencies), "tokens": tokens[0], "wall": wall,
+            "tok_s": tokens[0] / wall, "req_s": len(latencies) / wall, "p50": statistics.median(latencies),
+            "p95": latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="checkpoint (default: the embedded model)")
+    parser.add_argument("--requests", type=int, default=6, help="requests per client (default 6)")
+    parser.add_argument("--max-tokens", type=int, default=32, help="slots per completion (default 32)")
+    parser.add_argument("--clients", default="1,2,4,8", help="client counts (default 1,2,4,8)")
+    args = parser.parse_args()
+    process, port, log = start_server(args.model)
+    try:
+        ask(port, jobs(1, args.max_tokens)[0])  # warm-up: first-call costs stay out of the table
+        rows = [round_of(port, int(c), args.requests, args.max_tokens) for c in args.clients.split(",")]
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(30)
+    base = rows[0]["tok_s"]
+    print(f"sharpen serve, {args.model or 'embedded model'}, {args.max_tokens} slots per completion, {os.cpu_count()} CPUs visible")
+    print(f"{'clients':>7} {'requests':>8} {'tokens':>7} {'wall s':>7} {'tok/s':>8} {'x one':>6} {'req/s':>6} {'p50 s':>6} {'p95 s':>6}")
+    for r in rows:
+        print(f"{r['clients']:>7} {r['requests']:>8} {r['tokens']:>7} {r['wall']:>7.2f} {r['tok_s']:>8.1f} {r['tok_s'] / base:>6.2f} "
+              f"{r['req_s']:>6.2f} {r['p50']:>6.3f} {r['p95']:>6.3f}")
+
+
+if __name__ == "__main__":
+    main()
