@@ -121,6 +121,8 @@ def fit_report(entries, machine=None, context_tokens: int = 1024) -> str:
         for precision, need, on_gpu, on_cpu in memory_fit.fit_table(cfg, machine, context_tokens):
             where = on_gpu if machine.gpus else on_cpu
             cells.append(f"{human(need.total)} {'ok' if where == 'fits' else where}")
+        if cfg.moe is not None:  # memory is the total size; a step's speed follows the active one
+            name = f"{name} ({sum(memory_fit.parameter_split(cfg)) / 1e9:.1f}B, {memory_fit.active_parameters(cfg) / 1e9:.1f}B active)"
         rows.append((name, *cells, memory_fit.advice(cfg, machine, context_tokens)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 from .model import ModelConfig
+from .moe import MoESpec
 
 PRECISIONS = ("float32", "bfloat16", "int8", "int4")
 BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "int4": 0.5}
@@ -33,15 +34,38 @@ class Footprint:
         return self.weights + self.kv_cache
 
 
-def parameter_split(cfg: ModelConfig) -> tuple[int, int]:
-    """(embedding parameters, linear parameters incl. the output head): only linears quantize."""
+def _layer_parts(cfg: ModelConfig, layer: int) -> tuple[int, int, int]:
+    """(attention + norms, feed-forward, router) parameters of one layer. A mixture-of-experts
+    layer's feed-forward is every expert plus the shared ones; its router stays in the load dtype."""
     d, hd = cfg.dim, cfg.head_dim
     attn = d * cfg.n_heads * hd + 2 * d * cfg.n_kv_heads * hd + cfg.n_heads * hd * d
-    bias = (cfg.n_heads + 2 * cfg.n_kv_heads) * hd if cfg.qkv_bias else 0
-    ffn = 3 * d * cfg.ffn_hidden
-    norms = 2 * d
-    linear = cfg.n_layers * (attn + bias + ffn + norms) + d + (0 if cfg.tie_embeddings else cfg.vocab_size * d)
-    return cfg.vocab_size * d, linear
+    attn += (cfg.n_heads + 2 * cfg.n_kv_heads) * hd if cfg.qkv_bias else 0
+    attn += 2 * d + (2 * hd if cfg.qk_norm else 0)
+    moe = cfg.moe
+    if moe is None or not moe.is_moe_layer(layer):
+        return attn, 3 * d * cfg.ffn_hidden, 0
+    return attn, 3 * d * moe.expert_hidden * (moe.n_experts + moe.n_shared), moe.n_experts * (d + (1 if moe.selection_bias else 0))
+
+
+def parameter_split(cfg: ModelConfig) -> tuple[int, int]:
+    """(parameters that stay in the load dtype: the embedding and MoE routers; linear parameters
+    incl. the output head and the experts): only the second kind quantizes."""
+    d = cfg.dim
+    parts = [_layer_parts(cfg, i) for i in range(cfg.n_layers)]
+    linear = sum(a + f for a, f, _ in parts) + d + (0 if cfg.tie_embeddings else cfg.vocab_size * d)
+    return cfg.vocab_size * d + sum(r for _, _, r in parts), linear
+
+
+def active_parameters(cfg: ModelConfig) -> int:
+    """Parameters one token uses: everything but the experts a mixture-of-experts router did not
+    pick (top_k of n_experts, plus the shared ones), embedding included as the releases count it
+    (LLaDA2.0-mini: 1.4B of 16B). A dense model's is its total."""
+    embed, linear = parameter_split(cfg)
+    moe = cfg.moe
+    if moe is None:
+        return embed + linear
+    idle = sum(1 for i in range(cfg.n_layers) if moe.is_moe_layer(i)) * (moe.n_experts - moe.top_k) * 3 * cfg.dim * moe.expert_hidden
+    return embed + linear - idle
 
 
 def footprint(cfg: ModelConfig, precision: str, context_tokens: int = 1024) -> Footprint:
@@ -133,6 +157,15 @@ def advice(cfg: ModelConfig, machine: Machine, context_tokens: int = 1024) -> st
     return "nowhere on this machine; use a smaller model (docs/models.md: which model for which machine)"
 
 
+def _llada2(dim: int, n_layers: int, n_heads: int, ffn_hidden: int, expert_hidden: int) -> ModelConfig:
+    """LLaDA2.x (Ling 2.0) from its config.json: 4 kv heads of 128, half rotary, one dense layer,
+    256 experts (top 8 in 4 of 8 groups) and one shared expert, vocabulary 157,184."""
+    moe = MoESpec(n_experts=256, top_k=8, expert_hidden=expert_hidden, scoring="sigmoid", selection_bias=True, n_group=8, topk_group=4,
+                  scaling=2.5, n_shared=1, first_dense=1, router_float32=True)
+    return ModelConfig(vocab_size=157184, dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=4, head_dim=128, ffn_hidden=ffn_hidden,
+                       rope_theta=600000.0, max_seq_len=32768, qk_norm=True, rotary_dim=64, moe=moe)
+
+
 # The releases sharpen knows, with their backbone dimensions from their config.json files.
 KNOWN_RELEASES: dict[str, tuple[str, ModelConfig]] = {
     # name: (hub repo id, backbone dimensions)
@@ -142,4 +175,13 @@ KNOWN_RELEASES: dict[str, tuple[str, ModelConfig]] = {
     "Dream-Coder-v0-Instruct-7B": ("Dream-org/Dream-Coder-v0-Instruct-7B", ModelConfig(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, ffn_hidden=18944, qkv_bias=True, max_seq_len=32768)),
     "DiffuCoder-7B-Instruct": ("apple/DiffuCoder-7B-Instruct", ModelConfig(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, ffn_hidden=18944, qkv_bias=True, max_seq_len=32768)),
     "Open-dCoder-0.5B": ("fredzzp/open-dcoder-0.5B", ModelConfig(vocab_size=151936, dim=896, n_layers=24, n_heads=14, n_kv_heads=2, ffn_hidden=4864, qkv_bias=True, tie_embeddings=True, max_seq_len=32768)),
+    # Mixtures of experts: memory is their total size, a step's reads nearer their active one (active_parameters).
+    "LLaDA2.0-mini": ("inclusionAI/LLaDA2.0-mini", _llada2(dim=2048, n_layers=20, n_heads=16, ffn_hidden=5120, expert_hidden=512)),
+    "LLaDA2.1-mini": ("inclusionAI/LLaDA2.1-mini", _llada2(dim=2048, n_layers=20, n_heads=16, ffn_hidden=5120, expert_hidden=512)),
+    "LLaDA2.0-flash": ("inclusionAI/LLaDA2.0-flash", _llada2(dim=4096, n_layers=32, n_heads=32, ffn_hidden=9216, expert_hidden=1024)),
+    "LLaDA2.1-flash": ("inclusionAI/LLaDA2.1-flash", _llada2(dim=4096, n_layers=32, n_heads=32, ffn_hidden=9216, expert_hidden=1024)),
+    "SDAR-30B-A3B-Chat": ("JetLM/SDAR-30B-A3B-Chat", ModelConfig(
+        vocab_size=151936, dim=2048, n_layers=48, n_heads=32, n_kv_heads=4, head_dim=128, ffn_hidden=6144, qk_norm=True,
+        rope_theta=1000000.0, max_seq_len=32768,
+        moe=MoESpec(n_experts=128, top_k=8, expert_hidden=768, scoring="softmax", norm_topk_prob=True))),
 }

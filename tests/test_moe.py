@@ -378,3 +378,30 @@ def test_llada21_frames_show_an_edit_and_the_preview_draws_it(llada2):
     assert span.replaced[p] is not None and span.replaced[p] != span.tokens[p]
     pieces = span_pieces(span.tokens, span.confidence, lambda toks: [den.tokenizer.decode([t]) for t in toks], set(), span.noise, span.states)
     assert EDITED_KIND in {piece.kind for piece in pieces}
+
+
+# --- sizes: total for memory, active for speed -------------------------------------------------------
+
+
+def test_moe_releases_are_sized_by_total_and_active_parameters():
+    from sharpen.core.memory_fit import KNOWN_RELEASES, Machine, active_parameters, footprint, parameter_split, verdict
+
+    def billions(cfg):
+        return sum(parameter_split(cfg)) / 1e9, active_parameters(cfg) / 1e9
+
+    # The published sizes: LLaDA2.0-mini 16B with 1.4B active, -flash 100B / 6.1B, SDAR-30B-A3B 30.5B / 3.3B.
+    for name, (total, active) in {"LLaDA2.0-mini": (16.3, 1.43), "LLaDA2.1-mini": (16.3, 1.43), "LLaDA2.0-flash": (102.9, 6.15),
+                                  "SDAR-30B-A3B-Chat": (30.5, 3.35)}.items():
+        got = billions(KNOWN_RELEASES[name][1])
+        assert abs(got[0] - total) < 0.1 and abs(got[1] - active) < 0.02, (name, got)
+    mini, flash = KNOWN_RELEASES["LLaDA2.0-mini"][1], KNOWN_RELEASES["LLaDA2.0-flash"][1]
+    gb = 10**9
+    assert verdict(footprint(mini, "int8").total, 24 * gb) == "fits"  # int8 on a 24 GB card
+    assert verdict(footprint(mini, "bfloat16").total, 24 * gb) == "does not fit"
+    assert verdict(footprint(mini, "bfloat16").total, 48 * gb) == "fits"  # bf16 on 48 GB
+    assert verdict(footprint(flash, "int4").total, 80 * gb) == "fits"  # flash: int4 on one 80 GB card
+    assert verdict(footprint(flash, "int8").total, 80 * gb) == "does not fit"
+    from sharpen.app.subcommands import fit_report
+
+    report = fit_report([("LLaDA2.0-mini", mini)], Machine(gpus=(("GPU", 24 * gb, 24 * gb),), ram_available=64 * gb))
+    assert "LLaDA2.0-mini (16.3B, 1.4B active)" in report and "--quantize int8" in report
