@@ -83,6 +83,11 @@ def _number(value, whole: bool = False) -> bool:
     return isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
 
 
+# Schedule field -> the key generation_config.json spells it with (errors name the file's key).
+FILE_KEYS = {"max_steps": "max_denoising_steps", "entropy_bound": "sampler_config.entropy_bound",
+             "stability": "stability_threshold", "confidence": "confidence_threshold"}
+
+
 def read_schedule(generation_config: dict) -> Schedule:
     """generation_config.json's diffusion keys over transformers' defaults; each checked for type and range."""
     default = Schedule()
@@ -98,7 +103,8 @@ def read_schedule(generation_config: dict) -> Schedule:
     chosen = {k: (v if v is not None else getattr(default, k)) for k, v in values.items()}
     for key, value in chosen.items():
         if not _number(value, whole=key in ("max_steps", "stability")):
-            raise ModelError(f"generation_config.json: {key} is {value!r}, not a {'whole ' if key in ('max_steps', 'stability') else ''}number")
+            raise ModelError(f"generation_config.json: {FILE_KEYS.get(key, key)} is {value!r}, not a "
+                             f"{'whole ' if key in ('max_steps', 'stability') else ''}number")
     schedule = Schedule(**chosen)
     if not (0 < schedule.max_steps <= MAX_DENOISING_STEPS and schedule.entropy_bound > 0
             and 0 <= schedule.t_min < schedule.t_max and schedule.stability >= 0 and schedule.confidence > 0):

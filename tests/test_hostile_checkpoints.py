@@ -226,7 +226,7 @@ GEMMA_CASES = [
     ("layers-100000", _text("num_hidden_layers", 100_000), "num_hidden_layers=100000 must be a whole number from 1 to 1024"),
     ("canvas-0", lambda m: edit_json(m / "config.json", lambda c: c.update(canvas_length=0)), "canvas_length=0 must be a whole number of at least 1"),
     ("canvas-negative", lambda m: edit_json(m / "config.json", lambda c: c.update(canvas_length=-5)), "canvas_length=-5"),
-    ("steps-string", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(max_denoising_steps="48")), "max_steps is '48', not a whole number"),
+    ("steps-string", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(max_denoising_steps="48")), "max_denoising_steps is '48', not a whole number"),
     ("steps-ten-million", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(max_denoising_steps=10**7)), "steps 1..4096"),
     ("t-min-string", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(t_min="0.4")), "t_min is '0.4', not a number"),
     ("eos-strings", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(eos_token_id=["<eos>"])), "not a whole number or a list of them"),
