@@ -323,3 +323,75 @@ async def test_a_full_line_answers_503_with_retry_after(asgi):
 def test_serve_refuses_a_public_host_without_a_key():
     out = _sharpen("serve", "--host", "0.0.0.0", "--port", "0", timeout=60)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "SHARPEN_API_KEY" in out.stderr
+
+
+@pytest.fixture(scope="module")
+def chat_server(tmp_path_factory):
+    """A server on a tiny instruct checkpoint in LLaDA's release layout (it has a chat template)."""
+    from family_checkpoints import write_llada
+
+    model = write_llada(tmp_path_factory.mktemp("llada") / "instruct", instruct=True)
+    with live_server("--model", str(model), "--steps", "6") as (url, process):
+        yield url, model
+
+
+def test_openai_chat_streamed_with_diffusing_sends_one_whole_draft_per_step(chat_server):
+    import openai
+
+    from sharpen.core.loading import load_denoiser
+
+    url, model = chat_server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=60)
+    messages = [{"role": "user", "content": "Name a prime."}]
+    chunks = list(client.chat.completions.create(model="m", messages=messages, max_tokens=12, stream=True, extra_body={"diffusing": True}))
+    drafts = [c.choices[0].delta.content for c in chunks]
+    whole = client.chat.completions.create(model="m", messages=messages, max_tokens=12).choices[0].message.content
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[-1].choices[0].finish_reason in ("stop", "length")
+    assert drafts[-1] == whole  # the last draft is the answer itself, not a delta
+    # One chunk per frame: the local run over the same chat prompt has as many.
+    local = Runner(load_denoiser(model))
+    prompt = local.chat_text(messages)
+    frames = [e for e in local.run(EditRequest(prompt, (Span(len(prompt), len(prompt), max_tokens=12),), Sampling(steps=6))) if isinstance(e, Progress)]
+    assert drafts[:-1] == [f.spans[0].text for f in frames]
+    assert len(drafts) == len(frames) + 1 and len(frames) >= 2
+
+
+def test_remote_backend_on_one_span_servers_sends_a_request_per_span(server, runner):
+    """Mercury-style (diffusing drafts become frames) and plain OpenAI completions (no drafts):
+    two spans are two requests, each answered as a local one-span run over the same text."""
+    from sharpen.app.remote import RemoteBackend
+    from sharpen.core.settings import Editing
+
+    text = PREFIX + "        \n" + SUFFIX
+    spans = (Span(len(PREFIX) + 8, len(PREFIX) + 8, max_tokens=10), Span(len(text) - 1, len(text) - 1, max_tokens=6))
+    request = EditRequest(text, spans, Sampling(), Editing())
+    alone = [runner.result(EditRequest(text, (s,))).result.spans[0].text for s in spans]
+    for protocol, drafts in (("mercury", True), ("openai", False)):
+        backend = RemoteBackend(server, protocol=protocol)
+        assert backend.load().drafts is drafts
+        events = list(backend.run(request))
+        done = events[-1]
+        assert isinstance(done, Done) and [r.text for r in done.result.spans] == alone
+        a, b = spans
+        assert done.result.text == text[:a.start] + alone[0] + text[a.end:b.start] + alone[1] + text[b.end:]
+        frames = [e for e in events if isinstance(e, Progress)]
+        if drafts:  # each draft a frame: the spans' texts as they sharpen, no slot states
+            assert len(frames) > 2 and all(not s.slots for f in frames for s in f.spans)
+        else:
+            assert len(frames) == 1 and [s.text for s in frames[0].spans] == ["", ""]  # only the start
+
+
+def test_remote_backend_without_the_key_is_one_line_exit_4(tmp_path, runner):
+    path = tmp_path / "f.py"
+    path.write_text("x = 1\n")
+    with live_server(env={"SHARPEN_API_KEY": "k3y"}) as (url, _):
+        import os
+
+        env = {k: v for k, v in os.environ.items() if k != "SHARPEN_API_KEY"}
+        out = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(path), "--apply-edit", "1:5-1:5", "--in-place", "--backend", url],
+                             capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+        assert out.returncode == 4 and out.stderr.count("\n") == 1 and "refused the request (401" in out.stderr and "SHARPEN_API_KEY" in out.stderr
+        keyed = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(path), "--apply-edit", "1:5-1:5", "--backend", url],
+                               capture_output=True, text=True, cwd=ROOT, env={**env, "SHARPEN_API_KEY": "k3y"}, timeout=120)
+        assert keyed.returncode == 0, keyed.stderr
+    assert path.read_text() == "x = 1\n"
