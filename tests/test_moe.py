@@ -405,3 +405,27 @@ def test_moe_releases_are_sized_by_total_and_active_parameters():
 
     report = fit_report([("LLaDA2.0-mini", mini)], Machine(gpus=(("GPU", 24 * gb, 24 * gb),), ram_available=64 * gb))
     assert "LLaDA2.0-mini (16.3B, 1.4B active)" in report and "--quantize int8" in report
+
+
+# --- load peak --------------------------------------------------------------------------------------
+
+# A LLaDA2 layout at about 50M parameters (200 MB in float32), experts most of it as in the releases.
+PEAK_SHAPE = dict(d=512, layers=4, heads=8, kv=2, head_dim=64, dense_hidden=1024, expert_hidden=256, experts=32, top_k=4,
+                  n_group=8, topk_group=4)
+
+
+@pytest.mark.parametrize("dtype,quantize", [("float32", None), ("bfloat16", None), ("float32", "int8")])
+def test_llada2_load_peak_stays_near_the_loaded_size(tmp_path, dtype, quantize):
+    """Measured in a fresh process (bench/load_peak.py): the experts are packed [E, out, in] as
+    they are read, a few experts at a time, so a load peaks near the model it builds, never at
+    the checkpoint plus the model."""
+    from load_peak import float32_bytes, measure
+
+    ckpt = write_llada2(tmp_path / "llada2-50m", **PEAK_SHAPE)
+    m = measure(ckpt, dtype, quantize)
+    assert m["reset"], "the kernel did not let the high-water mark be reset"
+    if quantize is None:
+        assert m["peak"] <= 1.25 * m["weights"], (m["peak"] / m["weights"], m)
+    else:
+        assert m["weights"] < 0.4 * float32_bytes(ckpt)
+        assert m["peak"] <= 0.5 * float32_bytes(ckpt), (m["peak"] / float32_bytes(ckpt), m)
