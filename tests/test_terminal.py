@@ -136,6 +136,46 @@ def test_the_watchdog_ends_a_stuck_shutdown_after_writing_recovery(tmp_path):
     assert time.monotonic() - started < 1.0 + 10  # its deadline, plus an interpreter start on a loaded machine
 
 
+RESTORE_SCRIPT = textwrap.dedent("""
+    import queue, sys, termios, tty
+    from sharpen.app.tui.terminal import ProcessGuard
+
+    class Recovery:
+        def write_recovery(self):
+            pass
+
+    class Driver:  # the part of LinuxDriver the watchdog uses
+        _file = sys.__stderr__
+        attrs_before = termios.tcgetattr(2)
+
+    class App:
+        recovery, driver_class, _driver = Recovery(), None, Driver()
+
+    tty.setraw(2)  # what the editor's driver does
+    guard = ProcessGuard(App(), shutdown_seconds=0.5)
+    guard.install()
+    guard._arm(143)  # SIGTERM, and a shutdown that never finishes
+    queue.Queue(1).get()
+""")
+
+
+def test_the_watchdog_gives_a_terminal_that_is_still_there_its_modes_back(tmp_path):
+    import os
+    import pty
+    import termios
+
+    master, slave = pty.openpty()
+    before = termios.tcgetattr(slave)
+    process = subprocess.Popen([sys.executable, "-c", RESTORE_SCRIPT], stdin=slave, stdout=slave, stderr=slave)
+    assert process.wait(30) == 143
+    after = termios.tcgetattr(master)
+    os.close(slave)
+    output = os.read(master, 65536)
+    os.close(master)
+    assert after[3] & (termios.ECHO | termios.ICANON) == before[3] & (termios.ECHO | termios.ICANON) != 0
+    assert b"\x1b[?1049l" in output and b"\x1b[?25h" in output  # off the alternate screen, cursor shown
+
+
 async def test_an_exception_in_any_thread_writes_recovery_and_fails_the_exit_code(tmp_path):
     path = tmp_path / "f.py"
     path.write_text("x = 1\n")

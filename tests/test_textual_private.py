@@ -69,6 +69,8 @@ NAMES = [
     ("textual.app", "App._check_bindings", "method", ("key", "priority"), "key_order, prompt_screen: run a binding now"),
     ("textual.app", "App._handle_exception", "method", ("error",), "overridden: recovery before a crash exit"),
     ("textual.app", "App._keymap", "attribute", None, "editor_app: keys as rebound"),
+    ("textual.app", "App._driver", "attribute", None, "terminal: the watchdog restores the terminal's modes"),
+    ("textual.drivers.linux_driver", "LinuxDriver._file", "attribute", None, "terminal: the watchdog's last writes"),
     ("textual.screen", "Screen._binding_chain", "property", None, "key_order: is a key bound"),
     ("textual.screen", "Screen._modal_binding_chain", "property", None, "key_order: is a key bound"),
     ("textual.screen", "Screen._result_callbacks", "attribute", None, "prompt_screen: who asked"),

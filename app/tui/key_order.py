@@ -33,7 +33,7 @@ from .prompt_screen import PromptScreen
 
 log = logging.getLogger(__name__)
 
-WAIT_SECONDS = 1.0  # the longest a key waits for the widget before it (then it goes on as Textual would send it)
+WAIT_SECONDS = 5.0  # the longest a key waits for the widget or dialog before it (then it goes on as Textual would send it)
 TYPED_AS_TEXT = ("enter",)  # keys EditorArea handles itself (auto-indent), never through a binding
 
 

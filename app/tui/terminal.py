@@ -27,6 +27,7 @@ import os
 import queue
 import selectors
 import signal
+import termios
 import threading
 import time
 from codecs import getincrementaldecoder
@@ -149,7 +150,6 @@ class ProcessGuard:
         self.exit_code: int | None = None  # the code the process ends with, once it must end
         self._wake_read, self._wake_write = os.pipe()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._previous_hook = threading.excepthook
 
     def install(self) -> None:
         """Before app.run(): the driver, the thread hook and the watchdog thread."""
@@ -225,7 +225,22 @@ class ProcessGuard:
         writer = threading.Thread(target=self._write_recovery, name="sharpen-last-recovery", daemon=True)
         writer.start()
         writer.join(RECOVERY_SECONDS)
+        self._restore_terminal()
         os._exit(self.exit_code if self.exit_code is not None else CRASH_EXIT)
+
+    def _restore_terminal(self) -> None:
+        """A terminal that is still there (SIGTERM) gets its modes back: a shell left in raw
+        mode on the alternate screen looks dead too. Nothing here may block: direct writes."""
+        driver = getattr(self.app, "_driver", None)
+        try:
+            fileno = driver._file.fileno()
+            attrs = getattr(driver, "attrs_before", None)
+            if attrs is not None:
+                termios.tcsetattr(fileno, termios.TCSANOW, attrs)
+            os.set_blocking(fileno, False)
+            os.write(fileno, b"\x1b[?2004l\x1b[?1000l\x1b[?1003l\x1b[?1006l\x1b[<u\x1b[?1049l\x1b[?25h")
+        except (AttributeError, OSError, ValueError, termios.error):
+            pass  # no driver, or no terminal any more
 
     def _write_recovery(self) -> None:
         try:
