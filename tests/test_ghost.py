@@ -110,6 +110,10 @@ async def test_another_key_dismisses_a_shown_ghost_and_leaves_the_buffer(example
         await wait_for(pilot, lambda: ghost.state == SHOWN)
         await pilot.press("escape")
         assert ghost.state is None and editor.document.lines[LINE] == typed.split("\n")[LINE] + "#"
+        await type_at_line_end(pilot, pane, LINE, "#")
+        await wait_for(pilot, lambda: ghost.state == SHOWN)
+        await pilot.press("f3")  # a key that neither types nor moves (Find next) dismisses it too
+        assert ghost.state is None and not pane.preview.display
 
 
 async def test_typing_during_a_ghost_run_cancels_it_within_a_step(example, tiny_model_dir, tiny_denoiser):

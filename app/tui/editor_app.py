@@ -129,6 +129,8 @@ class SharpenApp(App):
             self.call_after_refresh(self.start_model_loading)
 
     async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key) and not event.is_forwarded and (pane := self.active_pane()) is not None:
+            pane.ghost.key(event.key, self.bound_keys("accept"))  # any key but Accept's dismisses a ghost (ghost.py)
         if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded and await self.key_order.take(event):
             return
         await super().on_event(event)
@@ -377,9 +379,13 @@ class SharpenApp(App):
         if inspect.isawaitable(result):
             await result
 
-    def keys_for(self, binding_id: str) -> str:
+    def bound_keys(self, binding_id: str) -> list[str]:
+        """The keys bound to `binding_id` now (the keymap's, else the declared ones), as Textual names them."""
         keys = self._keymap.get(binding_id) or next((b.key for b in ALL_BINDINGS if b.id == binding_id), "")
-        return ", ".join(key_label(key.strip()) for key in keys.split(",") if key.strip())
+        return [key.strip() for key in keys.split(",") if key.strip()]
+
+    def keys_for(self, binding_id: str) -> str:
+        return ", ".join(key_label(key) for key in self.bound_keys(binding_id))
 
     def on_editor_pane_state_changed(self, message: EditorPane.StateChanged) -> None:
         message.stop()

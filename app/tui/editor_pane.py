@@ -166,7 +166,7 @@ class EditorPane(Container):
         self.watch(self.editor, "scroll_x", self._follow_scroll, init=False)
         self.show_ghost_switch()
 
-    # -- the ghost's triggers (ghost.py): an edit arms it, any other key or a move dismisses it --
+    # -- the ghost's triggers (ghost.py): an edit arms it, a move dismisses it (keys: the app's on_event) --
 
     def on_text_area_changed(self, event) -> None:
         if event.text_area is self.editor:  # not stopped: the app follows it too
@@ -175,11 +175,6 @@ class EditorPane(Container):
     def on_text_area_selection_changed(self, event) -> None:
         if event.text_area is self.editor:
             self.ghost.dismiss(pending=False)  # an edit moves the cursor too: a pending ghost stays armed
-
-    def on_key(self, event) -> None:
-        # Keys the editor did not consume reach here before any binding runs (Tab and Esc, the
-        # ghost's own keys, are priority bindings and never do): they dismiss a ghost first.
-        self.ghost.dismiss(pending=False)
 
     def show_ghost_switch(self) -> None:
         for bar in self.app.query(StatusBar):

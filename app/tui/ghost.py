@@ -218,6 +218,13 @@ class Ghost:
             self._announce()
         return True
 
+    def key(self, key: str, accept_keys: list[str]) -> None:
+        """A key reached the app: unless it is one of Accept's keys over a shown ghost, the ghost
+        goes (the key then does what it always does). A pending one stays armed: a key that
+        types re-arms it anyway, and one that does not leaves the cursor where the pause counts."""
+        if not (self.shown and key in accept_keys):
+            self.dismiss(pending=False)
+
     def accept(self) -> bool:
         """Write the shown ghost into the buffer as one edit (one undo step)."""
         run = self.run
