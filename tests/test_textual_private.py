@@ -141,3 +141,9 @@ def test_every_private_name_used_in_app_is_listed():
     defined_by_textual = {n for n in used if re.search(rf"(def _{n}\b|self\._{n}\s*[:=])", textual_source)}
     missing = sorted(f"_{n}" for n in defined_by_textual if f"_{n}" not in listed | own)
     assert not missing, f"private Textual names used in app/ but not in NAMES: {missing}"
+
+
+def test_docs_list_every_name():
+    listed = (APP.parent / "docs" / "textual-upstream.md").read_text(encoding="utf-8")
+    missing = [f"{m}.{p}" for m, p, *_ in NAMES if f"`{m}.{p}`" not in listed]
+    assert not missing, f"docs/textual-upstream.md does not list {missing}"
