@@ -43,6 +43,12 @@ class Editor(Request):
     # Frames in between are skipped: a fast model on a GPU outruns any terminal.
     frame_rate: int = setting(30, "preview redraws per second at most", low=1, high=240, flag=False)
     min_step_ms: int = setting(0, "pace fast models so each step stays visible this long (0: never wait)", low=0, high=10_000, flag=False)
+    # The embedded model runs an infill in 0.05-0.3 s here: unpaced, a new user never sees text sharpen.
+    first_run_step_ms: int = setting(150, "the session's first run on the embedded model shows each step this long, to be watched (0: off)", low=0, high=10_000, flag=False)
+    # None decides by the model: a toy's completion on every pause would be noise (app/tui/ghost.py).
+    ghost: bool | None = setting(None, "complete as you type: faint ghost text at the cursor after a pause, Tab accepts (default: on with --model, off with the embedded demo model)")
+    # llama.vim and Copilot wait about this long; shorter fires between the keys of a word.
+    ghost_pause_ms: int = setting(300, "pause in typing before ghost completion runs", low=50, high=10_000, metavar="MS")
 
 
 PROTOCOLS = ("auto", "sharpen", "mercury", "openai")  # what a --backend server speaks (app/remote.py)
@@ -101,6 +107,11 @@ class Config:
         """This config with `values` ({section: {name: value}}; None = not given) on top."""
         return Config(self.editor.updated(values.get("", {})), self.settings.layered(values), {**self.keymap, **(keymap or {})},
                       self.remote.updated(values.get(Remote.section, {})))
+
+    @property
+    def embedded(self) -> bool:
+        """The embedded demo model is what runs: no checkpoint named, no server to run on."""
+        return self.settings.model.model is None and self.remote.backend is None
 
     @property
     def sampling(self):

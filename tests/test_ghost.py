@@ -192,6 +192,7 @@ def test_the_switch_and_the_pause_are_settings(tiny_model_dir):
     assert ghost_default(Config.of(model=str(tiny_model_dir))) is True
     assert ghost_default(Config.of(model=str(tiny_model_dir), ghost=False)) is False
     assert ghost_default(Config.of(ghost=True)) is True
+    assert ghost_default(Config.of(backend="http://127.0.0.1:8080")) is True  # a server runs a model you chose
     config = parse_config("ghost = true\nghost_pause_ms = 450\nfirst_run_step_ms = 0\n")
     assert (config.editor.ghost, config.editor.ghost_pause_ms, config.editor.first_run_step_ms) == (True, 450, 0)
     with pytest.raises(Exception, match="ghost_pause_ms must be between 50 and 10000"):
