@@ -429,3 +429,39 @@ def test_llada2_load_peak_stays_near_the_loaded_size(tmp_path, dtype, quantize):
     else:
         assert m["weights"] < 0.4 * float32_bytes(ckpt)
         assert m["peak"] <= 0.5 * float32_bytes(ckpt), (m["peak"] / float32_bytes(ckpt), m)
+
+
+async def test_llada21_in_the_editor_draws_edits_and_tab_keeps_the_text_outside(llada2, tmp_path, monkeypatch):
+    """The editor runs LLaDA2.1's editing decode: some preview frame draws an edited token as an
+    edit (frames paced so none is coalesced away), Tab applies the result with the text outside
+    the span unchanged."""
+    import sharpen.app.tui.model_runner as model_runner
+    from pilot import make_app, select_line, wait_for, with_model
+
+    from sharpen.app.config import Config
+    from sharpen.app.tui.editor_pane import PREVIEW
+
+    kinds: set[str] = set()
+    draft = model_runner.draft_pieces
+
+    def recording(progress):
+        pieces = draft(progress)
+        kinds.update(piece.kind for span in pieces for piece in span)
+        return pieces
+
+    monkeypatch.setattr(model_runner, "draft_pieces", recording)
+    source = tmp_path / "a.py"
+    source.write_text(TEXT)
+    app = make_app([source], Config.of(frame_rate=240, min_step_ms=20, editing="quality"))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await with_model(app, pilot, load_denoiser(llada2["2.1"]))
+        pane = app.active_pane()
+        editor = pane.editor
+        select_line(editor, 1)
+        start, end = editor.selected_offsets()
+        await pilot.press("alt+i")
+        await wait_for(pilot, lambda: pane.phase == PREVIEW, timeout=120)
+        assert "edited" in kinds and "masked" in kinds
+        await pilot.press("tab")
+        new = editor.buffer_text
+        assert new[:start] == TEXT[:start] and new.endswith(TEXT[end:])
