@@ -61,6 +61,26 @@ def test_bytes_that_are_not_utf8_are_replaced_and_the_editor_goes_on(tmp_path, b
         terminal.close()
 
 
+def test_keys_typed_while_the_editor_starts_land_in_the_buffer(tmp_path):
+    """Typed at once after launch, before the first screen: the terminal is still in cooked mode
+    (its Enter arrives as LF), then the editor's driver reads it."""
+    path = tmp_path / "f.py"
+    path.write_text("x = 1\n")
+    terminal = Terminal([str(path)], {"SHARPEN_RECOVERY_DIR": str(tmp_path / "recovery")})
+    try:
+        terminal.type(b"abc")
+        terminal.type(b"def\r", pause=0.2)
+        terminal.type(b"ghi")
+        terminal.wait_for("f.py")
+        terminal.type(b"!", pause=1.0)  # typed once the editor is up: after the rest
+        terminal.type(CTRL_S, pause=1.0)
+        terminal.type(CTRL_Q)
+        assert terminal.wait(BOUND) == 0
+        assert path.read_text() == "abcdef\nghi!x = 1\n"
+    finally:
+        terminal.close()
+
+
 def test_a_character_split_across_two_reads_is_kept():
     decode = replacing_decoder()
     assert decode("é€".encode()[:3]) + decode("é€".encode()[3:]) == "é€"

@@ -26,25 +26,14 @@ import asyncio
 import logging
 
 from textual import events
-from textual.message_pump import MessagePump
 
+from .drain import WAIT_SECONDS, drained
 from .editor_area import EditorArea
 from .prompt_screen import PromptScreen
 
 log = logging.getLogger(__name__)
 
-WAIT_SECONDS = 5.0  # the longest a key waits for the widget or dialog before it (then it goes on as Textual would send it)
 TYPED_AS_TEXT = ("enter",)  # keys EditorArea handles itself (auto-indent), never through a binding
-
-
-async def drained(pump: MessagePump, timeout: float = WAIT_SECONDS) -> bool:
-    """Wait until `pump` has handled every message posted to it so far; False after `timeout`."""
-    if not pump.is_running:
-        return False
-    done = asyncio.get_running_loop().create_future()
-    pump.call_later(lambda: done.done() or done.set_result(None))
-    finished, _ = await asyncio.wait([done], timeout=timeout)
-    return bool(finished)
 
 
 class KeyOrder:

@@ -13,6 +13,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
+from .drain import drained
+
 
 class PromptScreen(ModalScreen[str | None]):
     """Dismisses with the typed text on Enter, or None on Esc."""
@@ -76,8 +78,6 @@ class PromptScreen(ModalScreen[str | None]):
         if asker is not None and asker is not self.app:
             # The callback runs in the asker's queue; the app's own queue runs it right after the
             # current key. Either way it has run before the next key is looked at.
-            from .key_order import drained
-
             await drained(asker)
 
     def action_cancel(self) -> None:
