@@ -84,10 +84,11 @@ async def test_ghost_appears_after_a_pause_sharpens_and_tab_accepts_as_one_undo_
         assert ghost.run is not run  # taken (a new ghost may already wait for the next pause)
         assert editor.buffer_text == typed[:run.offset] + shown + typed[run.offset:]
         assert editor.selection.end == editor.location_of(run.offset + len(shown))
-        ghost.toggle()  # off, so no new ghost covers what the undo shows
-        editor.undo()
+        await pilot.press("ctrl+z")
         assert editor.text == typed  # one undo step removes all of it
-        editor.undo()
+        await pilot.pause(0.4)
+        assert ghost.run is None and ghost.state is None  # an undo is not typing: no ghost offers it back
+        await pilot.press("ctrl+z")
         assert editor.text == original and len(editor.history.undo_stack) == undo_depth
 
 

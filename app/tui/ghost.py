@@ -123,6 +123,9 @@ class Ghost:
         self._typed_at = time.perf_counter()
         if not self.enabled:
             return
+        if self.pane.editor.history.redo_stack:  # an undo (every typed edit empties it): asking again
+            self.dismiss()                        # would offer back what was just taken out
+            return
         if self.state in (RUNNING, SHOWN):
             self.dismiss()
         self.state = WAITING
