@@ -7,8 +7,6 @@ stop it from loading. Used by `sharpen models` and `sharpen doctor`.
 """
 from __future__ import annotations
 
-import os
-import struct
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -46,35 +44,8 @@ class CheckpointInfo:
 
 
 def read_header(file: Path) -> dict:
-    """The JSON header of a safetensors file; a file shorter than the header says is truncated."""
-    try:
-        with untrusted.open_regular(file) as f:  # a FIFO or /dev/zero named as a shard is refused here
-            size = os.fstat(f.fileno()).st_size
-            (n,) = struct.unpack("<Q", f.read(8))
-            if n > 100_000_000:
-                raise ValueError("implausible header size")
-            header = untrusted.parse_json(f.read(n).decode("utf-8"), file.name)
-        if not isinstance(header, dict):
-            raise ValueError("the header is not a JSON object")
-        end = 0
-        for name, entry in header.items():
-            if name == "__metadata__":
-                continue
-            if entry.get("dtype") not in _DTYPES:
-                raise ValueError(f"tensor {name} has the unknown dtype {entry.get('dtype')!r}")
-            shape, offsets = entry.get("shape"), entry.get("data_offsets")
-            if not (_ints(shape) and _ints(offsets) and len(offsets) == 2 and 0 <= offsets[0] <= offsets[1]):
-                raise ValueError(f"tensor {name} has a bad shape or offsets")
-            end = max(end, offsets[1])
-    except (OSError, ValueError, struct.error, AttributeError) as exc:
-        raise ModelError(f"corrupt weights file {file.name}: {exc}") from None
-    if size < 8 + n + end:
-        raise ModelError(f"truncated weights file {file.name}: {size} of {8 + n + end} bytes")
-    return header
-
-
-def _ints(values) -> bool:
-    return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
+    """The JSON header of a safetensors file, checked (core/untrusted.py); truncated is a ModelError."""
+    return untrusted.safetensors_header(file, _DTYPES)
 
 
 def weight_summary(path: Path) -> tuple[int, str, int]:

@@ -256,6 +256,7 @@ LIMITS = {"num_hidden_layers": 1024, "hidden_size": 65536, "intermediate_size": 
 LAYER_KEY = re.compile(r"model\.decoder\.layers\.(\d+)\.")
 EMBEDDING_KEY = "model.decoder.embed_tokens.weight"
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")  # safetensors names a weight may be stored in
+SAFETENSORS_DTYPES = (*FLOAT_DTYPES, "I64", "I32", "I16", "I8", "U8", "BOOL")  # what a header may name at all
 
 
 def check_config(path: Path, config: dict) -> None:
@@ -263,7 +264,6 @@ def check_config(path: Path, config: dict) -> None:
     transformers builds anything: a layer count or hidden size the weights do not have, a canvas
     of 0 tokens, sizes no machine could build. As the native families are checked (core/loading.py)."""
     from . import untrusted
-    from .catalog import read_header
     from .loading import weight_files
 
     text = config.get("text_config")
@@ -282,7 +282,7 @@ def check_config(path: Path, config: dict) -> None:
         raise ModelError(f"{path}/config.json: num_hidden_layers is {layers} but layer_types names {len(types)} layers")
     shapes: dict[str, tuple[int, ...]] = {}
     for file in weight_files(path):
-        for name, entry in read_header(file).items():
+        for name, entry in untrusted.safetensors_header(file, SAFETENSORS_DTYPES).items():
             if name == "__metadata__":
                 continue
             if entry["dtype"] not in FLOAT_DTYPES:  # every tensor of the release is floating: F32 bytes declared I32 would load as integers

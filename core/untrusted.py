@@ -22,6 +22,7 @@ import json
 import math
 import os
 import stat
+import struct
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -135,6 +136,42 @@ def read_json_object(file: Path, limit: int = SMALL_JSON_BYTES, missing_ok: bool
         return {}
     loaded = read_json(file, limit)
     return loaded if isinstance(loaded, dict) else {}
+
+
+MAX_SAFETENSORS_HEADER = 100_000_000  # bytes; real headers are a few hundred KiB
+
+
+def safetensors_header(file: Path, dtypes) -> dict:
+    """The JSON header of a safetensors file: every entry a known dtype (one of `dtypes`), a shape
+    and offsets of non-negative integers, the data inside the file (shorter is truncated)."""
+    try:
+        with open_regular(file) as handle:  # a FIFO or /dev/zero named as a shard is refused here
+            size = os.fstat(handle.fileno()).st_size
+            (n,) = struct.unpack("<Q", handle.read(8))
+            if n > MAX_SAFETENSORS_HEADER:
+                raise ValueError("implausible header size")
+            header = parse_json(handle.read(n).decode("utf-8"), file.name)
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+        end = 0
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            if entry.get("dtype") not in dtypes:
+                raise ValueError(f"tensor {name} has the unknown dtype {entry.get('dtype')!r}")
+            shape, offsets = entry.get("shape"), entry.get("data_offsets")
+            if not (_counts(shape) and _counts(offsets) and len(offsets) == 2 and 0 <= offsets[0] <= offsets[1]):
+                raise ValueError(f"tensor {name} has a bad shape or offsets")
+            end = max(end, offsets[1])
+    except (OSError, ValueError, struct.error, AttributeError) as exc:
+        raise ModelError(f"corrupt weights file {file.name}: {exc}") from None
+    if size < 8 + n + end:
+        raise ModelError(f"truncated weights file {file.name}: {size} of {8 + n + end} bytes")
+    return header
+
+
+def _counts(values) -> bool:
+    return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
 
 
 def check_numbers(config: Any, where: str) -> None:
