@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -453,9 +454,10 @@ def run_editor(files: list[Path], config: Config, config_path: Path | None = Non
         raise UsageError("the editor cannot open stdin (-); use --apply-edit for pipes")
     app = SharpenApp(files, config, themes, config_path=config_path)
     app.handle_signals = True  # SIGTERM / SIGHUP: write recovery copies, then exit
-    from .terminal import ProcessGuard
+    if sys.platform != "win32":  # the guards wrap Textual's Linux/macOS driver (termios, SIGHUP)
+        from .terminal import ProcessGuard
 
-    app.guard = ProcessGuard(app)  # terminal bytes, crashed threads, hang-ups: terminal.py
-    app.guard.install()
+        app.guard = ProcessGuard(app)  # terminal bytes, crashed threads, hang-ups: terminal.py
+        app.guard.install()
     app.run()
     return app.return_code or 0
