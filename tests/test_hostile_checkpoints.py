@@ -380,3 +380,11 @@ def test_remote_code_checkpoints_are_checked_before_transformers_opens_them(cli,
     fifo(model / "modeling_evil.py")
     code, line = cli(model, "--trust-remote-code")
     assert code == 4 and "modeling_evil.py is a FIFO, not a regular file" in line, line
+
+
+def test_a_weights_header_nested_too_deep_is_one_line(cli, tiny_model_dir, tmp_path):
+    model = copy(tiny_model_dir, tmp_path)
+    header = b'{"x": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    (model / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    code, line = cli(model)
+    assert code == 4 and "nested too deeply" in line, line
