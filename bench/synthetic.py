@@ -4,13 +4,18 @@
     python bench/synthetic.py --device cpu --shapes tiny --span 64 --context 128   # a smoke run anywhere
     python bench/synthetic.py --device cuda --shapes diffusiongemma-26b-a4b --context 512   # DiffusionGemma, ~52 GB
     python bench/synthetic.py --device cpu --shapes diffusiongemma-small --context 128
+    python bench/synthetic.py --device cuda --shapes sdar-8b,stable-diffcoder-8b --no-naive   # block diffusion, ~17 GB each
+    python bench/synthetic.py --device cpu --shapes block-small --span 64 --context 128
 
 Random weights never clear a confidence threshold, so the cached rows use fixed
 tokens-per-step schedules (stated in the table): they measure the engine's cost per step
 and per token at each shape, not model quality. Each shape is compared in one run with
 the naive loop (LLaDA's: full forward and full-vocabulary logits every step, one token
 per step) and with autoregressive decoding of a causal transformer of the same dimensions
-(transformers' `generate` with its KV cache). Same canvas for every row: a context of
+(transformers' `generate` with its KV cache). Block-causal shapes (SDAR, Stable-DiffCoder) add
+rows of the block loop (core/loops/block.py: the context prefilled once, each block of the
+release's size against the read-only cache, the span after the context as in a prompted edit)
+beside the masked loop on the same weights. Same canvas for every row: a context of
 --context random tokens around one span of --span mask slots, batch 1. The model is in
 the packed inference layout that loaded checkpoints use.
 """
@@ -30,7 +35,15 @@ SHAPES = {
     # Qwen2.5-0.5B (Dream-style / Open-dCoder-0.5B backbone).
     "qwen2-0.5b": dict(vocab_size=151936, dim=896, n_layers=24, n_heads=14, n_kv_heads=2, ffn_hidden=4864, rope_theta=1000000.0, qkv_bias=True, tie_embeddings=True, max_seq_len=4096),
     "tiny": dict(vocab_size=4096, dim=256, n_layers=4, n_heads=4, n_kv_heads=2, max_seq_len=2048),
+    # SDAR-8B-Chat (Qwen3-8B dims from its config.json: head_dim 128, q/k norms, block 4).
+    "sdar-8b": dict(vocab_size=151936, dim=4096, n_layers=36, n_heads=32, n_kv_heads=8, head_dim=128, qk_norm=True, ffn_hidden=12288,
+                    rope_theta=1000000.0, max_seq_len=4096),
+    # Stable-DiffCoder-8B (Seed-Coder's Llama dims from its config.json, block 4).
+    "stable-diffcoder-8b": dict(vocab_size=155136, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_hidden=14336,
+                                rope_theta=500000.0, max_seq_len=4096),
+    "block-small": dict(vocab_size=4096, dim=256, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=64, qk_norm=True, max_seq_len=2048),
 }
+BLOCK_SHAPES = {"sdar-8b": 4, "stable-diffcoder-8b": 4, "block-small": 4}  # shape -> the release's block size
 
 
 # DiffusionGemma (core/gemma.py, core/loops/random_token.py): an encoder-decoder from random tokens, through
@@ -185,6 +198,38 @@ def run_sampler(denoiser, canvas, settings) -> int:
     return frame.step
 
 
+def run_block(denoiser, prompt_canvas, settings) -> int:
+    from sharpen.core.loops.block import block_denoise
+
+    frame = None
+    for frame in block_denoise(denoiser, prompt_canvas, settings):
+        pass
+    return frame.step
+
+
+def block_denoiser(denoiser, block: int):
+    """The same weights seen as a block-causal release (a ModelSpec that declares the kind)."""
+    from dataclasses import replace
+
+    from sharpen.core.denoiser import BlockRule, Denoiser
+
+    spec = replace(denoiser.spec, loop="block-causal", block=BlockRule(size=block, threshold=None))
+    out = Denoiser.__new__(Denoiser)
+    out.__dict__.update(denoiser.__dict__)
+    out.spec = spec
+    return out
+
+
+def prompt_canvas(denoiser, context: int, span: int):
+    """Context first, the span's slots after it: the layout of a prompted edit (core/prompted.py)."""
+    from sharpen.core.canvas import Canvas
+    from sharpen.core.spans import Span
+
+    mask = denoiser.spec.mask_id
+    before = torch.randint(0, mask, (context,), generator=torch.Generator().manual_seed(0)).tolist()
+    return Canvas(tuple(before + [mask] * span), (range(context, context + span),), (Span(0, 0, max_tokens=span),), (0, 0), mask)
+
+
 def run_naive(denoiser, canvas) -> int:
     return naive_loop(denoiser, torch.tensor(canvas.ids, device=denoiser.device), canvas.slots[0])[1]
 
@@ -230,6 +275,13 @@ def rows_for_shape(shape: str, args, dtype) -> list[dict]:
         for cache, block in (("none", 0), ("dual", args.block_size)):
             settings = Sampling(schedule="fixed", steps=max(1, args.span // per_step), cache=cache, block_size=block)
             add("sharpen", per_step, cache, block, *timed(lambda: run_sampler(denoiser, canvas, settings), device, args.repeats))
+    if shape in BLOCK_SHAPES:  # the release's own loop: blocks against a read-only cache
+        size = BLOCK_SHAPES[shape]
+        blocked, prompted = block_denoiser(denoiser, size), prompt_canvas(denoiser, args.context, args.span)
+        for per_step in sorted({min(int(v), size) for v in args.per_step.split(",")}):
+            settings = Sampling(schedule="fixed", steps=max(1, size // per_step))
+            add("block-causal", per_step, "prefill + read-only", size, *timed(lambda: run_block(blocked, prompted, settings), device, args.repeats))
+        del blocked
     model_config = denoiser.model.cfg
     del denoiser, canvas
     if args.ar:
@@ -276,9 +328,10 @@ def main(argv=None) -> int:
         rate = {(r["method"], r["per_step"], r["cache"]): r["rate"] for r in rows}
         baselines = {method: value for (method, _, _), value in rate.items() if method in ("naive", "ar")}
         for (method, per_step, cache), value in rate.items():
-            if method == "sharpen" and cache == "dual":
+            if method in ("sharpen", "block-causal") and cache in ("dual", "prefill + read-only"):
                 ratios = [f"vs {m}: {value / baselines[m]:.1f}x" for m in ("naive", "ar") if m in baselines]
-                print(f"# {shape}, dual cache, {per_step} per step: {value:.1f} tok/s" + (", " + ", ".join(ratios) if ratios else ""))
+                what = "dual cache" if method == "sharpen" else "block-causal"
+                print(f"# {shape}, {what}, {per_step} per step: {value:.1f} tok/s" + (", " + ", ".join(ratios) if ratios else ""))
         sys.stdout.flush()
     return 0
 

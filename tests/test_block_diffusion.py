@@ -398,3 +398,15 @@ def test_the_cli_edits_with_a_stable_diffcoder_release(sdc_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["text"].startswith(TEXT[:19]) and out["text"].endswith(TEXT[31:]) and target.read_text() == TEXT
+
+
+def test_the_synthetic_bench_runs_block_causal_rows_beside_the_masked_loop_and_ar(capsys):
+    import synthetic
+
+    assert synthetic.main(["--device", "cpu", "--shapes", "block-small", "--span", "8", "--context", "8", "--per-step", "1,4",
+                           "--repeats", "0", "--no-naive"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| block-small |")]
+    assert [r[2] for r in rows] == ["sharpen"] * 4 + ["block-causal"] * 2 + ["ar"]
+    assert [int(r[7]) for r in rows if r[2] == "block-causal"] == [8, 2]  # blocks of 4: one token a step, then the whole block
+    assert "# block-small, block-causal, 4 per step:" in out and "vs ar" in out
