@@ -89,11 +89,11 @@ def route(logits: torch.Tensor, spec: MoESpec, bias: torch.Tensor | None) -> tup
 
 
 def grouped_kernel_takes(x: torch.Tensor) -> bool:
-    """Whether torch's grouped GEMM runs for these activations: on CPUs in any float dtype; on
-    CUDA only bfloat16 on sm90 and newer (its CUTLASS kernel). Decided from the tensor, not by
-    trying and catching."""
+    """Whether torch's grouped GEMM runs for these activations: eagerly on CPUs in any float
+    dtype; on CUDA, and under torch.compile anywhere (its shape rules are CUDA's), only bfloat16,
+    on CUDA sm90 and newer (its CUTLASS kernel). Decided from the tensor, not by trying and catching."""
     if x.device.type == "cpu":
-        return True
+        return x.dtype == torch.bfloat16 or not torch.compiler.is_compiling()
     if x.device.type == "cuda":
         return x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device) >= (9, 0)
     return False
@@ -113,7 +113,8 @@ def run_experts(x: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor, ga
     flat = chosen.reshape(-1)  # [N k]
     order = flat.argsort(stable=True)  # [N k] assignments, sorted by expert
     rows = x[order // k]  # [N k, D]
-    counts = torch.bincount(flat, minlength=gate_up.shape[0])  # [E]
+    # [E] rows per expert; scatter_add, not bincount: a fixed output shape keeps torch.compile's graph whole
+    counts = torch.zeros(gate_up.shape[0], dtype=torch.long, device=x.device).scatter_add_(0, flat, torch.ones_like(flat))
     if grouped:
         ends = counts.cumsum(0).to(torch.int32)  # [E] end offset of each expert's run
         hidden = torch._grouped_mm(rows, gate_up.transpose(1, 2), offs=ends)  # [N k, 2F]
