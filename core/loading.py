@@ -48,6 +48,8 @@ def read_config(path: Path) -> dict:
     if not isinstance(config, dict):
         raise ModelError(f"{config_file} is not a JSON object")
     untrusted.check_numbers(config, str(config_file))
+    if not isinstance(config.get("model_type", ""), str):  # the family lookup hashes it
+        raise ModelError(f"{config_file}: model_type is {config['model_type']!r}, not a name")
     return config
 
 
@@ -113,7 +115,10 @@ def model_config(path: Path, config: dict) -> tuple[families.Family, ModelConfig
     except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
         raise ModelError(f"config.json of {path} does not describe a {family.name} model: {exc}") from None
     for name, limit in SANE_LIMITS.items():
-        if getattr(cfg, name) > limit:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool):  # a string passes the family's mapping untouched
+            raise ModelError(f"config.json of {path}: {name}={value!r} must be a whole number")
+        if value > limit:
             raise ModelError(f"config.json of {path}: {name}={getattr(cfg, name)} is beyond any real model (at most {limit}); refusing to build it")
     return family, cfg
 

@@ -92,6 +92,8 @@ NATIVE_CONFIGS = [
     ("rope-theta-zero", lambda text: text.replace('"rope_theta": 10000.0', '"rope_theta": 0'), "rope_theta=0 must be a positive number"),
     ("nested-5000", lambda text: text.replace('"name"', '"deep": ' + "[" * 5000 + "]" * 5000 + ', "name"'), "nested too deeply"),
     ("mask-id-string", lambda text: text.replace('"name"', '"mask_token_id": "0", "name"'), "mask_token_id is '0', not a token id"),
+    ("model-type-list", lambda text: text.replace('"model_type": "sharpen"', '"model_type": ["sharpen"]'), "model_type is ['sharpen'], not a name"),
+    ("ffn-hidden-string", lambda text: text.replace('"ffn_hidden": 192', '"ffn_hidden": "192"'), "ffn_hidden='192' must be a whole number"),
 ]
 
 
