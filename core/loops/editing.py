@@ -113,13 +113,18 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
         block = torch.arange(k * size, (k + 1) * size, device=device)  # [P]
         editable = ~held[block]  # [P]
         post = 0
+        edited = torch.zeros((), dtype=torch.bool, device=device)  # did the last step edit anything
+        editing_only = False  # did the last step start without masks
         while True:
             if should_stop():
                 return
             with torch.inference_mode():
                 tokens = x[:, block]  # [B, P]
                 masked = tokens == mask_id
-                any_masked = bool(masked.any())  # the step's one host read
+                any_masked, last_edited = torch.stack([masked.any(), edited]).tolist()  # the step's one host read
+                if editing_only and not last_edited:  # an editing-only step changed nothing: the block is settled
+                    break
+                editing_only = not any_masked
                 if not any_masked:
                     post += 1
                     if post > max_post_steps:
@@ -140,11 +145,9 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
                 edited_now[block] = edit[0]
                 replaced.zero_()
                 replaced[block] = torch.where(edit[0], tokens[0], 0)
-                settled = not any_masked and not bool(edit.any())  # nothing left to commit or to edit
+                edited = edit.any()
             step += 1
             yield frame(step)
-            if settled:
-                break
         edited_now.zero_()
         with torch.inference_mode():  # the finished block, written once into the cache for the next
             denoiser.logits(x, want=block[-1:], run=block, cache=cache, attend=Attend(keys=(k + 1) * size))
