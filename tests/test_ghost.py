@@ -272,3 +272,19 @@ async def test_in_a_long_file_the_layer_holds_the_rows_around_the_view(tmp_path,
         assert preview.scroll_y == editor.scroll_y - first  # drawn where the editor shows that line
         await pilot.click(preview.__class__, offset=(10, 3))  # a click on the layer: the ghost goes
         assert ghost.state is None and not preview.display
+
+
+async def test_tab_while_a_ghost_still_runs_indents_and_cancels_it(example, tiny_model_dir, tiny_denoiser):
+    app = make_app([example], real(tiny_model_dir, min_step_ms=400))
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        ghost, editor = pane.ghost, pane.editor
+        editor.move_cursor((LINE, len(editor.document.lines[LINE])))
+        await pilot.press("enter")  # auto-indent: the cursor on a new, indented line
+        row, column = editor.selection.end
+        await wait_for(pilot, lambda: ghost.state == GHOST_RUNNING)
+        run = ghost.run
+        await pilot.press("tab")  # nothing to accept yet: Tab is the editor's
+        assert run.stop.is_set() and ghost.run is not run
+        assert editor.document.lines[row] == " " * (column + editor.indent_width)
