@@ -3,7 +3,8 @@
 The backbone's quantized linears run on kernels that ship inside PyTorch itself, so no extra
 package can be missing on the day a GPU runs them:
 
-- int8: one scale per output row (symmetric). CPU: `torch._weight_int8pack_mm`. CUDA: the
+- int8: one scale per output row (symmetric). CPU: `torch._weight_int8pack_mm` for the few
+  rows of a cached step, in bfloat16 (see CPU_KERNEL_ROWS). CUDA: the
   weight is converted to the activation dtype inside the matmul expression, which eager runs
   as a whole-weight dequantization per call (about 2.5x the bytes of bfloat16 moved) and
   torch.compile fuses into the matmul: on CUDA int8 wants --compile (see `int8_needs_compile`).
@@ -32,6 +33,11 @@ QUANTIZATIONS = ("int8", "int4")
 INT4_GROUP = 128  # input columns per int4 scale/zero pair (torchao's and gpt-fast's default)
 INT4_INNER_K_TILES = 8  # the packing's k-tiles per 16-byte load; K must be a multiple of 8 * 16
 INT4_ROW_BLOCK = {"cuda": 8, "cpu": 64}  # rows per packed tile: a chunk of rows packs alone if it is a multiple of this
+# torch's int8 / int4 CPU kernels are fast in bfloat16 only (float32 input takes a reference path,
+# 10-100x slower), and beat a float32 matmul only for the few rows of a cached step: measured on
+# this CPU at 2048 x 2048, 8 rows: int8 2.2 ms, int4 1.1 ms, float32 4.4 ms; 64 rows: 26 / 24 / 17 ms.
+# Above this many rows int8 dequantizes to the activation dtype instead; int4 stays on its kernel.
+CPU_KERNEL_ROWS = 32
 
 
 def check_quantization(kind: str, device: torch.device) -> None:
@@ -97,9 +103,9 @@ class Int8Linear(QuantizedLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x2 = x.reshape(-1, self.in_features)  # [M, K]
-        if x2.device.type == "cpu":
-            y = torch._weight_int8pack_mm(x2.to(self.scale.dtype).contiguous(), self.weight, self.scale)  # [M, N]
-        else:  # one fused kernel under torch.compile; a dequantized copy per call in eager mode
+        if x2.device.type == "cpu" and x2.shape[0] <= CPU_KERNEL_ROWS:
+            y = torch._weight_int8pack_mm(x2.to(torch.bfloat16).contiguous(), self.weight, self.scale.to(torch.bfloat16))  # [M, N]
+        else:  # CUDA: one fused kernel under torch.compile, a dequantized copy per call in eager mode
             y = F.linear(x2, self.weight.to(x2.dtype)) * self.scale.to(x2.dtype)
         return self._out(y, x)
 
@@ -114,7 +120,7 @@ class Int4Linear(QuantizedLinear):
         if not int4_compatible(in_features, out_features, kernel, group):
             raise ValueError(f"a {out_features} x {in_features} weight does not fit the int4 layout on {kernel}")
         self.kernel, self.group, self.row_block = kernel, group, INT4_ROW_BLOCK[kernel]
-        scale_dtype = torch.bfloat16 if kernel == "cuda" else dtype  # the CUDA kernel reads bfloat16 only
+        scale_dtype = torch.bfloat16  # both kernels run in bfloat16 (CUDA's only takes that; the CPU's float32 path is slow)
         if kernel == "cuda":  # [N/8, K/(8*16), 32, 4] int32: the tensor-core tile layout
             shape, packed_dtype = (out_features // 8, in_features // (INT4_INNER_K_TILES * 16), 32, INT4_INNER_K_TILES // 2), torch.int32
         else:  # [N, K/2] uint8, blocked by 64 rows
@@ -148,8 +154,7 @@ class Int4Linear(QuantizedLinear):
         if self.kernel == "cuda":
             y = torch.ops.aten._weight_int4pack_mm(x2.to(torch.bfloat16).contiguous(), self.weight, self.group, self.scales_and_zeros)
         else:
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2.to(self.scales_and_zeros.dtype).contiguous(), self.weight, self.group,
-                                                          self.scales_and_zeros)
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2.to(torch.bfloat16).contiguous(), self.weight, self.group, self.scales_and_zeros)
         return self._out(y, x)
 
 
