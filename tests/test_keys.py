@@ -23,6 +23,7 @@ def parsed(data: bytes) -> list[events.Event]:
 
 
 async def burst(app, pilot, data: bytes, settle: float = 0.3) -> None:
+    await wait_for(pilot, lambda: app.key_order.ready)  # typed into a running editor (type-ahead: its own test)
     for event in parsed(data):
         app.post_message(event)
     await pilot.pause(settle)
@@ -43,6 +44,14 @@ async def test_a_prompts_enter_takes_effect_before_the_keys_after_it(tmp_path):
         assert not isinstance(app.screen, PromptScreen)
         assert editor.document.lines[11] == "xline12" and editor.document.lines[0] == "line1"
         assert "not a line number" not in notices(app)
+
+
+async def test_a_paste_into_a_prompt_keeps_its_place_among_the_keys(tmp_path):
+    app = opened(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        await burst(app, pilot, b"\x071\x1b[200~5\x1b[201~\rx")  # Ctrl+G 1, paste "5", Enter x
+        assert editor.document.lines[14] == "xline15"
 
 
 async def test_shift_right_right_after_a_prompts_enter_selects(tmp_path):

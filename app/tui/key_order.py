@@ -51,7 +51,7 @@ class KeyOrder:
         for event in held:
             if isinstance(event, events.Key) and event.key == "ctrl+j":
                 event = events.Key("enter", "\r")  # typed before raw mode: the terminal's ICRNL made it LF
-            if isinstance(event, events.Paste) or not await self.take(event):
+            if not await self.take(event):
                 await self.app.forward_key(event)
 
     async def take(self, event: events.Event) -> bool:
@@ -60,8 +60,6 @@ class KeyOrder:
         if not self.ready:
             self.held.append(event)
             return True
-        if not isinstance(event, events.Key):
-            return False
         app = self.app
         screen = app.screen
         if screen is not app.screen_stack[0] and not getattr(screen, "_sharpen_keys_ready", False):
@@ -69,7 +67,9 @@ class KeyOrder:
             screen._sharpen_keys_ready = True  # once per dialog: a dialog that lost its focus never waits again
             screen = app.screen
         if isinstance(screen, PromptScreen):
-            return await screen.take_key(event)
+            return await screen.take_key(event) if isinstance(event, events.Key) else screen.take_paste(event)
+        if not isinstance(event, events.Key):
+            return False
         focused = app.focused
         if isinstance(focused, EditorArea) and event.key == "enter" and focused.language is None and focused.buffer.path is None:
             await drained(focused)  # "def main():" typed into an untitled buffer: its language

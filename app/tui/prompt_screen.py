@@ -70,6 +70,20 @@ class PromptScreen(ModalScreen[str | None]):
                 return True
         return await self.app._check_bindings(event.key, priority=True) or await self.app._check_bindings(event.key)
 
+    def take_paste(self, event: events.Paste) -> bool:
+        """A paste, in its place among the keys: its first line, as Textual's Input takes it."""
+        try:
+            field = self.query_one(Input)
+        except Exception:
+            return False
+        if event.text:
+            line = event.text.splitlines()[0]
+            if field.selection.is_empty:
+                field.insert_text_at_cursor(line)
+            else:
+                field.replace(line, *field.selection)
+        return True
+
     async def submit(self, value: str) -> None:
         """Dismiss with `value`, and return once the asker's callback has run."""
         callbacks = self._result_callbacks
