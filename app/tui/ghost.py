@@ -152,7 +152,7 @@ class Ghost:
             return "ghost completion is off"
         if session.backend is None:
             return "no model"
-        if session.queued is not None or any(p.phase != "idle" for p in pane.app.query(type(pane))):
+        if session.queued is not None or any(p.phase != "idle" for p in pane.app.query(type(pane))):  # editor_pane.IDLE
             return "another run or preview is active"
         if not editor.selection.is_empty:
             return "text is selected"
@@ -235,7 +235,7 @@ class Ghost:
             return False
         self.run, self.state = None, None
         self._hide()
-        if not self.pane.apply_result(run.text, run.result, 0):
+        if self.pane.apply_result(run.text, run.result, 0) is None:  # cannot happen: every edit dismisses the ghost
             return False
         self.pane.notice = f"ghost accepted: {len(pieces_text(self._final(run)))} characters (undo removes them)"
         self._announce()
@@ -305,7 +305,9 @@ class Ghost:
 
     @staticmethod
     def _final(run: GhostRun) -> list[Piece]:
-        return [Piece(run.result.spans[0].alternatives[0], GHOST)] if run.result.spans[0].alternatives else []
+        """The finished ghost: what Tab writes (the best sample's text), all of it faint."""
+        text = run.result.spans[0].text
+        return [Piece(text, GHOST)] if text else []
 
     # -- drawing --------------------------------------------------------------------------
 
