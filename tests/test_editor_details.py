@@ -144,3 +144,18 @@ async def test_the_start_dialog_shows_the_directories(tmp_path, monkeypatch):
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         question = str(app.screen.question)
         assert "src/a.py" in question and "tests/a.py" in question, question
+
+
+async def test_a_tab_whose_pane_is_not_mounted_yet_is_no_active_pane(tmp_path):
+    """Restoring recovered buffers at start activates each new tab as it is added; the status
+    update that follows met a tab with no pane in it yet and crashed (NoMatches)."""
+    from textual.widgets import TabbedContent, TabPane
+
+    app = make_app([EXAMPLE])
+    async with app.run_test(size=SIZE) as pilot:
+        tabs = app.query_one(TabbedContent)
+        await tabs.add_pane(TabPane("empty", id="tab-empty"))
+        tabs.active = "tab-empty"
+        await pilot.pause()
+        assert app.active_pane() is None
+        app.update_status()  # no crash

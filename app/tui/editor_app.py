@@ -177,7 +177,10 @@ class SharpenApp(App):
         except NoMatches:  # shutting down, or a dialog screen is on top
             return None
         active = tabs.active_pane
-        return active.query_one(EditorPane) if active is not None else None
+        try:
+            return active.query_one(EditorPane) if active is not None else None
+        except NoMatches:  # a tab still being added (restoring recovered buffers): no pane in it yet
+            return None
 
     def refresh_tab_label(self, pane: EditorPane) -> None:
         tab_id = pane.id.replace("buffer-", "tab-")
