@@ -8,6 +8,7 @@ accelerate and the plan is printed on stderr.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from ..core.errors import ModelError, UsageError
 from ..core.settings import ModelRequest, parse_device
+
+_log = logging.getLogger(__name__)
 
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -159,9 +162,13 @@ def _load_model(request: ModelRequest, quiet: bool, editor: bool):
     if repo_id:
         denoiser.spec = replace(denoiser.spec, name=repo_id)
     if request.compile != "off":
-        if not hasattr(denoiser, "compile"):
+        if hasattr(denoiser, "compile"):
+            # Progress and a fallback to eager are one line each on stderr; the editor's screen
+            # would be drawn over, so there they go to the log.
+            line = (lambda text: sys.stderr.write(text + "\n")) if not quiet else _log.warning
+            denoiser.compile(request.compile, notify=line, progress=line)
+        elif request.compile != "auto":
             raise UsageError("--compile needs a natively supported model (not --trust-remote-code)")
-        denoiser.compile(request.compile)
     eager_int8 = int8_needs_compile(request.quantize, getattr(denoiser, "device", torch.device(device)), request.compile)
     if eager_int8 and not quiet:
         sys.stderr.write(f"sharpen: {eager_int8}\n")
@@ -217,7 +224,7 @@ def _load_gemma(request: ModelRequest, path: Path, config: dict, device: str, qu
 
     if request.quantize is not None:
         check_quantization(request.quantize, torch.device(device))
-    if request.compile != "off":
+    if request.compile not in ("off", "auto"):
         raise UsageError("--compile does not reach DiffusionGemma yet; leave it off")
     dtype = resolve_dtype(request.dtype, device)
     gemma.check_config(path, config)  # against the weights' headers, before transformers builds anything (even on meta)

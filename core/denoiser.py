@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from .compiled import CompiledStep
 from .errors import ModelError
 from .model import FULL, Attend, KVCache, Transformer
 from .settings import PROMPT_FORMS
@@ -140,6 +141,7 @@ class Denoiser:
         self._static_caches = False  # set by compile: see new_cache
         self._kept_cache: KVCache | None = None
         self._scores = model.scores  # a step's pass and projection; compile() swaps in the compiled one
+        self._step: CompiledStep | None = None  # set by compile: bucketed shapes, eager fallback
         self._check_finite = True  # the next pass is checked (first after loading, first of each cached run)
 
     @property
@@ -180,12 +182,15 @@ class Denoiser:
         T = x.shape[1]
         want = torch.arange(T, device=x.device) if want is None else want
         source = (want - 1).clamp_min(0) if self.spec.shift_logits else want  # [W] rows that predict `want`
-        if run is None:
-            return self._finite(self._scores(x, None, cache, source, attend))  # [B, W, V]
-        if cache is None:
+        if run is not None and cache is None:
             raise ValueError("a partial run needs a cache holding the rest of the canvas")
-        rows = torch.searchsorted(run, source)  # no host read: the caller sized `run`
-        return self._finite(self._scores(x[:, run], run, cache, rows, attend))  # [B, W, V]
+        try:
+            if run is None:
+                return self._finite(self._scores(x, None, cache, source, attend))  # [B, W, V]
+            rows = torch.searchsorted(run, source)  # no host read: the caller sized `run`
+            return self._finite(self._scores(x[:, run], run, cache, rows, attend))  # [B, W, V]
+        except torch.OutOfMemoryError:
+            raise ModelError(OUT_OF_MEMORY) from None
 
     def _finite(self, logits: torch.Tensor) -> torch.Tensor:
         """A run's first pass is checked once (one host read): NaN or infinite logits (all-NaN weights,
@@ -210,40 +215,65 @@ class Denoiser:
         whole canvas; and one run uses a model at a time (the editor holds a lock).
         """
         self._check_finite = True  # a new run: its first pass is checked
-        if not self._static_caches:
-            return self.model.new_cache(batch, length)
-        kept = self._kept_cache
-        if kept is None or (kept.k[0].shape[0], kept.length) != (batch, length):
-            kept = self.model.new_cache(batch, length)
-            for buffer in (*kept.k, *kept.v):
-                torch._dynamo.mark_static_address(buffer, guard=False)
-            self._kept_cache = kept
-        return kept
+        try:
+            if not self._static_caches:
+                return self.model.new_cache(batch, length)
+            if self._step is not None:  # bucketed: the cache has the bucket's length, a key mask the run's
+                self._step.valid_keys = length
+                length = self._step.cache_length(length)
+            kept = self._kept_cache
+            if kept is None or (kept.k[0].shape[0], kept.length) != (batch, length):
+                self._kept_cache = None  # the old buffers go before the new ones are allocated
+                kept = self.model.new_cache(batch, length)
+                for buffer in (*kept.k, *kept.v):
+                    torch._dynamo.mark_static_address(buffer, guard=False)
+                self._kept_cache = kept
+            return kept
+        except torch.OutOfMemoryError:
+            raise ModelError(OUT_OF_MEMORY) from None
 
-    def compile(self, mode: str = "default", backend: str = "inductor") -> None:
-        """Compile the backbone's passes with torch.compile (see COMPILE_MODES).
+    def compile(self, mode: str = "default", backend: str = "inductor", notify=None, progress=None) -> None:
+        """Compile the backbone's passes with torch.compile (see COMPILE_MODES and core/compiled.py).
 
         "reduce-overhead" records CUDA graphs: one launch per pass instead of one per
-        kernel, which is most of a small model's step time on a GPU. Shapes change with
-        the block and the cache layout, so each new shape compiles once (automatic
-        dynamic shapes); the first steps of a run pay for that.
+        kernel, which is most of a small model's step time on a GPU. Shapes are bucketed
+        (core/compiled.py), so a session compiles and records a handful of graphs, not one per
+        edit. "auto" is reduce-overhead on CUDA, compiled ahead of the first edit (`progress`
+        gets a line before and after), and nothing on a CPU, where eager is faster to start.
+        Any failure to compile or record runs the step eagerly from then on (`notify` gets
+        one line); an edit never fails for it.
         """
         if mode not in COMPILE_MODES:
             raise ValueError(f"unknown compile mode {mode!r}; known: {', '.join(COMPILE_MODES)}")
+        warm = mode == "auto"
+        if warm:
+            if self.device.type != "cuda":
+                return
+            mode = "reduce-overhead"
         if mode == "off":
             return
-        options = {} if backend != "inductor" else {"mode": mode}
         # One compiled function per step, the pass and its projection together: one CUDA graph
         # per step, and no graph output is read after the next step's call, which is what
         # CUDA graph trees assume of inference (each call starts a new iteration).
         # Built now, eagerly, in the activations' dtype: a table made inside a graph would be graph memory.
         self.model.rope(self.device, self.max_len, self.model.embed.weight.dtype)
-        self._scores = torch.compile(self.model.scores, backend=backend, **options)
+        self._step = CompiledStep(self.model, mode, backend, self.spec.mask_id, notify)
+        self._scores = self._step
         self._static_caches = True
+        if warm:
+            try:
+                self._step.warm_up(self.new_cache, progress or (lambda line: None))
+            except torch.OutOfMemoryError:
+                raise ModelError(OUT_OF_MEMORY) from None
 
 
-# torch.compile modes offered to users: off, inductor's default, CUDA graphs, autotuned kernels.
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+# torch.compile modes offered to users: auto (CUDA graphs on CUDA, off on a CPU), off, inductor's
+# default, CUDA graphs, autotuned kernels.
+COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune")
+
+# A step that runs out of GPU memory: one line with what shrinks a step, instead of torch's text.
+OUT_OF_MEMORY = ("out of GPU memory in a denoising step; try a smaller --context-tokens, --samples 1, "
+                 "--quantize int8, --device-map auto, or --device cpu")
 
 
 # Control characters a text file never wants from a model (NUL makes it "binary"); tab, LF,

@@ -187,7 +187,7 @@ PROMPT_FORMS = ("auto", "chat", "fim")
 # modes (quality: threshold 0.7, editing 0.5; speed: 0.5, 0.0), or no editing.
 EDITING = ("quality", "speed", "off")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune")
 
 
 @dataclass(frozen=True)
@@ -250,7 +250,10 @@ class ModelRequest(Request):
     trust_remote_code: bool = setting(False, "allow checkpoints of other families to run their own Python modeling code")
     mask_id: int | None = setting(None, "mask token id, for --trust-remote-code models whose files do not say", low=0, metavar="ID")
     shift_logits: bool | None = setting(None, "whether logits at i predict token i+1, when the files do not say")
-    compile: str = setting("off", "torch.compile the model; reduce-overhead records CUDA graphs (GPU). Each new shape compiles once", choices=COMPILE_MODES)
+    # auto: CUDA graphs for native families on CUDA, compiled before the first edit (the eager step is
+    # launch-bound there: bench/gpu_ready.py estimates 1.2-2.0x an 8B model's memory floor on an H100,
+    # 14-23x a 0.5B's); eager on a CPU, where compiling costs a minute and saves about 15% (docs/speed.md).
+    compile: str = setting("auto", "torch.compile the model's step: auto is reduce-overhead (CUDA graphs) on CUDA for native models, off on a CPU; canvas sizes are bucketed, so a session compiles a handful of graphs", choices=COMPILE_MODES)
     # torchao weight-only (core/quantize.py): an 8B model in about 8 GiB (int8) or 5 GiB (int4, CUDA only).
     quantize: str | None = setting(None, "weight-only quantization through torchao: int8 (CPU or GPU) or int4 (CUDA)", choices=("int8", "int4"))
     # Unset: 1 thread for small models (below SMALL_MODEL parameters), where torch's per-op

@@ -65,7 +65,8 @@ def test_compiled_runs_write_into_static_cache_buffers(fresh_denoiser):
     cache = fresh_denoiser.new_cache(2, 24)
     assert all(getattr(b, "_dynamo_static_input_type", None) for b in (*cache.k, *cache.v))
     assert fresh_denoiser.new_cache(2, 24) is cache
-    assert fresh_denoiser.new_cache(1, 24) is not cache and fresh_denoiser.new_cache(1, 30).length == 30
+    # A bucketed length (core/compiled.py): 30 positions get a 32-position cache.
+    assert fresh_denoiser.new_cache(1, 24) is not cache and fresh_denoiser.new_cache(1, 30).length == 32
 
 
 def test_compiled_edits_in_a_row_reuse_the_cache_and_equal_eager(fresh_denoiser):
@@ -78,3 +79,77 @@ def test_compiled_edits_in_a_row_reuse_the_cache_and_equal_eager(fresh_denoiser)
     fresh_denoiser.new_cache = lambda batch, length: handed_out.append(keep(batch, length)) or handed_out[-1]
     assert [apply_edit(fresh_denoiser, t, SPANS, Sampling()).text for t in texts] == eager
     assert len(handed_out) == 3 and handed_out[0] is handed_out[1] is handed_out[2]
+
+
+def test_buckets_are_few_and_at_most_one_and_a_half_times_the_size():
+    from sharpen.core.compiled import bucket
+
+    sizes = {bucket(n) for n in range(1, 2049)}
+    assert sorted(sizes)[:8] == [8, 12, 16, 24, 32, 48, 64, 96] and len(sizes) == 17
+    assert all(n <= bucket(n) <= max(8, 1.5 * n) for n in range(1, 5000))
+    assert bucket(1000, cap=1024) == 1024 and bucket(1030, cap=1024) == 1030  # never past the model's length, never below n
+
+
+def test_ten_edits_of_different_lengths_compile_a_handful_of_graphs(fresh_denoiser):
+    # A CUDA graph is recorded per set of input shapes, and each edit has its own canvas and
+    # slot count: without buckets, ten edits met 49 shape sets and hit dynamo's recompile limit
+    # (after which new shapes silently ran eagerly); ten more edits of other lengths met new ones.
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    text = TEXT * 6
+    first = [[Span(40, 40, max_tokens=n)] for n in (3, 9, 17, 26, 40, 55, 70, 88, 107, 130)]
+    second = [[Span(40, 40, max_tokens=n)] for n in (5, 12, 20, 33, 47, 60, 77, 95, 115, 125)]
+    eager = [apply_edit(fresh_denoiser, text, spans, Sampling(block_size=8)).text for spans in first + second]
+    torch._dynamo.reset()
+    counters.clear()
+    fresh_denoiser.compile("default", backend="eager")
+    step, shapes = fresh_denoiser._scores, set()
+    inner = step.compiled
+
+    def seen(ids, positions, cache, rows, attend):  # every set of shapes the compiled function meets
+        shapes.add((tuple(ids.shape), positions is None or tuple(positions.shape), cache and cache.length, tuple(rows.shape)))
+        return inner(ids, positions, cache, rows, attend)
+
+    step.compiled = seen
+    texts = [apply_edit(fresh_denoiser, text, spans, Sampling(block_size=8)).text for spans in first]
+    after_first = (len(shapes), counters["stats"]["unique_graphs"])
+    texts += [apply_edit(fresh_denoiser, text, spans, Sampling(block_size=8)).text for spans in second]
+    assert texts == eager
+    assert sum(counters["graph_break"].values()) == 0
+    assert after_first[0] <= 24 and after_first[1] <= 10, after_first  # measured: 22 shape sets, 9 graphs
+    assert (len(shapes), counters["stats"]["unique_graphs"]) == after_first  # bounded: the next ten add none
+
+
+def test_a_step_that_fails_to_compile_runs_eagerly_with_one_line(fresh_denoiser):
+    eager = apply_edit(fresh_denoiser, TEXT, SPANS, Sampling()).text
+    lines = []
+
+    def broken_backend(graph, example_inputs):
+        raise RuntimeError("CUDA graph capture failed\nsecond line")
+
+    import torch._dynamo
+
+    torch._dynamo.reset()  # no graph kept from another test's model: this one must compile
+    fresh_denoiser.compile("default", backend=broken_backend, notify=lines.append)
+    assert apply_edit(fresh_denoiser, TEXT, SPANS, Sampling()).text == eager
+    assert apply_edit(fresh_denoiser, TEXT, SPANS, Sampling()).text == eager  # and stays eager, quietly
+    assert len(lines) == 1 and "compiled step failed" in lines[0] and "running eagerly" in lines[0] and "\n" not in lines[0]
+
+
+def test_auto_compiles_nothing_on_a_cpu(fresh_denoiser):
+    scores = fresh_denoiser._scores
+    fresh_denoiser.compile("auto")
+    assert fresh_denoiser._scores is scores and fresh_denoiser.new_cache(1, 8) is not fresh_denoiser.new_cache(1, 8)
+
+
+def test_out_of_gpu_memory_in_a_step_is_one_model_error_line(fresh_denoiser, monkeypatch):
+    from sharpen.core.errors import ModelError
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 23.65 GiB total capacity)")
+
+    monkeypatch.setattr(fresh_denoiser, "_scores", out_of_memory)
+    with pytest.raises(ModelError, match="out of GPU memory in a denoising step; try a smaller --context-tokens") as caught:
+        apply_edit(fresh_denoiser, TEXT, SPANS, Sampling())
+    assert "\n" not in str(caught.value) and "Tried to allocate" not in str(caught.value)
