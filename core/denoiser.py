@@ -44,6 +44,9 @@ class BlockRule:
     # Whether the last block is filled up to the block size with masks that are denoised and
     # dropped (SDAR generate.py) or ends where the slots end (Stable-DiffCoder's generate_block).
     pad_last: bool = True
+    # Fast-dLLM v2: each block is decoded in sub-blocks of this many, left to right, and a block's
+    # first token comes from the pass before it (core/loops/subblock.py). None: the whole block.
+    sub_block: int | None = None
     edits: bool = False  # the release's decode edits its own committed tokens (LLaDA2.1: core/loops/editing.py)
 
     def __post_init__(self) -> None:

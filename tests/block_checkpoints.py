@@ -202,3 +202,62 @@ def write_stable_diffcoder(out: Path, *, seed: int = 9, shards: int = 2, dtype: 
     (out / "README.md").write_text("# Stable-DiffCoder (tiny random test checkpoint in the release layout)\n", encoding="utf-8")
     write_sharded(out, random_state(llama_shapes(vocab), seed), shards, dtype)
     return out
+
+
+# Fast_dLLM_v2_7B / _1.5B (huggingface.co/Efficient-Large-Model): config.json (model_type Fast_dLLM_Qwen,
+# bd_size 32, Qwen2.5 keys, layer_types), configuration.py + modeling.py (remote code), the Qwen2.5
+# tokenizer files with the mask token added after <|file_sep|> (151665), generation_config.json,
+# the shards with their index, and the training run's `latest` marker.
+FAST_DLLM_SPECIAL = (*QWEN3_SPECIAL[:22], "|<MASK>|")
+FAST_DLLM_FILES = ("README.md", "added_tokens.json", "config.json", "configuration.py", "generation_config.json", "latest",
+                   "merges.txt", "model.safetensors.index.json", "modeling.py", "special_tokens_map.json", "tokenizer.json",
+                   "tokenizer_config.json", "vocab.json")
+
+
+def qwen2_shapes(vocab: int) -> dict[str, tuple[int, ...]]:
+    hd = D // HEADS
+    shapes = {"model.embed_tokens.weight": (vocab, D)}
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (D,), p + "self_attn.q_proj.weight": (D, D), p + "self_attn.q_proj.bias": (D,),
+            p + "self_attn.k_proj.weight": (KV * hd, D), p + "self_attn.k_proj.bias": (KV * hd,),
+            p + "self_attn.v_proj.weight": (KV * hd, D), p + "self_attn.v_proj.bias": (KV * hd,),
+            p + "self_attn.o_proj.weight": (D, D), p + "post_attention_layernorm.weight": (D,),
+            p + "mlp.gate_proj.weight": (HIDDEN, D), p + "mlp.up_proj.weight": (HIDDEN, D), p + "mlp.down_proj.weight": (D, HIDDEN),
+        })
+    shapes["model.norm.weight"] = (D,)
+    shapes["lm_head.weight"] = (vocab, D)
+    return shapes
+
+
+def write_fast_dllm_v2(out: Path, *, seed: int = 13, shards: int = 2, dtype: torch.dtype = torch.float32, bd_size: int = 32) -> Path:
+    """Fast_dLLM_v2_7B's file set, tiny (Qwen2 names with q/k/v biases, bd_size 32)."""
+    out.mkdir(parents=True, exist_ok=True)
+    ids = write_tokenizer(out, FAST_DLLM_SPECIAL)
+    vocab = padded(max(ids.values()) + 1)
+    _json(out / "config.json", {
+        "architectures": ["Fast_dLLM_QwenForCausalLM"], "attention_dropout": 0.0,
+        "auto_map": {"AutoConfig": "configuration.Fast_dLLM_QwenConfig", "AutoModel": "modeling.Fast_dLLM_QwenModel",
+                     "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM"},
+        "bd_size": bd_size, "bos_token_id": ids["<|endoftext|>"], "conplemenrary_mask": True, "eos_token_id": ids["<|im_end|>"],
+        "hidden_act": "silu", "hidden_size": D, "initializer_range": 0.02, "intermediate_size": HIDDEN,
+        "layer_types": ["full_attention"] * LAYERS, "max_position_embeddings": 32768, "max_window_layers": LAYERS,
+        "model_type": "Fast_dLLM_Qwen", "num_attention_heads": HEADS, "num_hidden_layers": LAYERS, "num_key_value_heads": KV,
+        "pad_token_id": ids["<|im_end|>"], "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0,
+        "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.53.1",
+        "use_cache": True, "use_sliding_window": False, "vocab_size": vocab})
+    _json(out / "generation_config.json", {"bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+                                           "pad_token_id": ids["<|endoftext|>"], "transformers_version": "4.53.1"})
+    _tokenizer_files(out, FAST_DLLM_SPECIAL, ids, "|<MASK>|", QWEN3_TEMPLATE)
+    cfg = json.loads((out / "tokenizer_config.json").read_text())
+    cfg.pop("mask_token")  # the release names no mask token: its generation code passes the id
+    cfg["eos_token"], cfg["pad_token"] = "<|im_end|>", "<|endoftext|>"
+    _json(out / "tokenizer_config.json", cfg)
+    (out / "chat_template.jinja").unlink()  # the template lives in tokenizer_config.json only
+    for name in ("configuration.py", "modeling.py"):
+        (out / name).write_text(f"# {name}: stands in for the release's remote code; sharpen loads this family natively\n")
+    (out / "latest").write_text("global_step2500")
+    (out / "README.md").write_text("---\nlicense: apache-2.0\n---\n", encoding="utf-8")
+    write_sharded(out, random_state(qwen2_shapes(vocab), seed), shards, dtype)
+    return out

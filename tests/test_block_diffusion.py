@@ -410,3 +410,94 @@ def test_the_synthetic_bench_runs_block_causal_rows_beside_the_masked_loop_and_a
     assert [r[2] for r in rows] == ["sharpen"] * 4 + ["block-causal"] * 2 + ["ar"]
     assert [int(r[7]) for r in rows if r[2] == "block-causal"] == [8, 2]  # blocks of 4: one token a step, then the whole block
     assert "# block-small, block-causal, 4 per step:" in out and "vs ar" in out
+
+
+# --- Fast-dLLM v2: Qwen2.5 weights, blocks of 32 in sub-blocks of 8, its token shift ---
+
+@pytest.fixture(scope="module")
+def fdllm_dir(tmp_path_factory):
+    from block_checkpoints import write_fast_dllm_v2
+
+    return write_fast_dllm_v2(tmp_path_factory.mktemp("fdllm") / "Fast_dLLM_v2_7B-tiny")
+
+
+@pytest.fixture(scope="module")
+def fdllm(fdllm_dir):
+    from sharpen.core.loading import load_denoiser
+
+    return load_denoiser(fdllm_dir)
+
+
+def test_fast_dllm_v2_loads_from_its_release_files(fdllm_dir, fdllm):
+    from block_checkpoints import FAST_DLLM_FILES
+
+    assert set(FAST_DLLM_FILES) <= {p.name for p in fdllm_dir.iterdir()}
+    config = json.loads((fdllm_dir / "config.json").read_text())
+    assert fdllm.spec.family == "fast-dllm-v2" and fdllm.spec.loop == "block-causal" and fdllm.spec.shift_logits
+    assert fdllm.spec.mask_id == fdllm.tokenizer.token_id("|<MASK>|") and fdllm.spec.eos_id == config["eos_token_id"]
+    assert fdllm.spec.block.size == config["bd_size"] == 32 and fdllm.spec.block.sub_block == 8 and fdllm.spec.block.threshold == 0.95
+    from sharpen.core.loading import model_config
+
+    with pytest.raises(ModelError, match="bd_size=12 must be a whole multiple of 8"):
+        model_config(fdllm_dir, {**config, "bd_size": 12})
+
+
+def test_fast_dllm_v2_logits_equal_transformers_qwen2_with_a_block_causal_mask(fdllm_dir, fdllm):
+    from safetensors.torch import load_file
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    c = json.loads((fdllm_dir / "config.json").read_text())
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "rms_norm_eps", "rope_theta", "max_position_embeddings", "tie_word_embeddings", "hidden_act")
+    reference = Qwen2ForCausalLM(Qwen2Config(**{k: c[k] for k in keys}, attn_implementation="sdpa")).eval()
+    state = {}
+    for f in sorted(fdllm_dir.glob("*.safetensors")):
+        state.update(load_file(str(f)))
+    reference.load_state_dict(state, strict=True)
+    T = 70  # two blocks of 32 and a part
+    ids = torch.randint(0, 290, (1, T), generator=torch.Generator().manual_seed(5))
+    mask = block_causal_mask(torch.arange(T), T, 32)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask[None, None]).logits
+        torch.testing.assert_close(fdllm.model(ids, attend=Attend(mask=mask)), expected, rtol=0, atol=1e-4)
+    # The token shift: sharpen's logits for position p are the backbone's row p - 1.
+    shifted = fdllm.logits(ids, want=torch.arange(1, T), attend=Attend(mask=mask))
+    torch.testing.assert_close(shifted, expected[:, :-1], rtol=0, atol=1e-4)
+
+
+def test_fast_dllm_v2_decodes_sub_blocks_in_order_and_takes_a_blocks_first_token_from_the_pass_before(fdllm):
+    from sharpen.core.canvas import Canvas
+    from sharpen.core.loops.subblock import subblock_denoise
+    from sharpen.core.settings import Sampling
+
+    mask = fdllm.spec.mask_id
+    prompt = torch.randint(0, 290, (64,), generator=torch.Generator().manual_seed(1)).tolist()  # two whole blocks
+    canvas = Canvas(ids=(*prompt, *[mask] * 64), slots=(range(64, 128),), spans=(), window=(0, 0), mask_id=mask)
+    frames = list(subblock_denoise(fdllm, canvas, Sampling(seed=0), ban=False))
+    # The prefill's last row wrote the first slot before any step (greedy, shifted: row 63 predicts 64).
+    with torch.no_grad():
+        run = torch.arange(64)
+        row = fdllm.model(torch.tensor([prompt]), attend=Attend(mask=block_causal_mask(run, 64, 32)))[0, -1]
+    assert frames[0].spans[0].tokens[0] == int(row.argmax()) and frames[0].masked == 63
+    sharp_before = {0}
+    for f in frames[1:-1]:
+        sharp = {i for i, s in enumerate(f.spans[0].states) if s == "sharp"}
+        new = sharp - sharp_before
+        assert new and len({p // 8 for p in new - {32}}) <= 1  # one sub-block a step (32: the next block's first token)
+        first_open = min((i for i, s in enumerate(f.spans[0].states) if s == "masked"), default=64)
+        assert all(p < (first_open // 8 + 1) * 8 or p == 32 for p in sharp)  # never ahead of the open sub-block
+        sharp_before = sharp
+    assert frames[-1].done and frames[-2].masked == 0
+
+
+def test_the_cli_edits_with_a_fast_dllm_v2_release(fdllm_dir, tmp_path):
+    import subprocess
+    import sys
+
+    target = tmp_path / "a.py"
+    target.write_text(TEXT)
+    proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:5-2:17", "--model", str(fdllm_dir), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["text"].startswith(TEXT[:19]) and out["text"].endswith(TEXT[31:]) and target.read_text() == TEXT

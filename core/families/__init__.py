@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ModelError
-from . import dream, llada, llada2, open_dcoder, sdar, sdar_moe, seed_diffcoder, sharpen_native
+from . import dream, fast_dllm, llada, llada2, open_dcoder, sdar, sdar_moe, seed_diffcoder, sharpen_native
 from .family import Family, expand_weight_map
 
 __all__ = ["FAMILIES", "Family", "Route", "expand_weight_map", "family_for", "known_families", "route"]
 
 FAMILIES: tuple[Family, ...] = (sharpen_native.SHARPEN, llada.LLADA, dream.DREAM, open_dcoder.OPEN_DCODER, llada2.LLADA2, sdar.SDAR,
-                                sdar_moe.SDAR_MOE, seed_diffcoder.STABLE_DIFFCODER)
+                                sdar_moe.SDAR_MOE, seed_diffcoder.STABLE_DIFFCODER,
+                                fast_dllm.FAST_DLLM_V2)
 # Releases recognised from config.json that sharpen cannot run yet: one line, exit 4, never a guess.
 NOT_YET: dict[str, str] = {}  # (SDAR-30B-A3B, sdar_moe, runs since core/moe.py)
 # Families that do not map onto the backbone: they load through transformers' own model class.

@@ -11,6 +11,7 @@ core.loops.frame.Frame values, so front ends draw all kinds the same way.
 - random_token.py: random-token refinement by an encoder-decoder (DiffusionGemma).
 - block.py: block diffusion, each block against a read-only cache of the ones before it (SDAR).
 - editing.py: block diffusion that also edits its own committed tokens (LLaDA2.1).
+- subblock.py: block diffusion in sub-blocks with a token shift (Fast-dLLM v2).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from ..settings import Sampling
 from ..tokenizer import Tokenizer
 from .block import chained
 from .editing import edit_denoise
+from .subblock import subblock_denoise
 from .frame import SLOT_STATES, Frame, SpanState
 from .masked import LoopRules, denoise
 from .random_token import renoise, split_canvas
@@ -102,6 +104,8 @@ def _block_causal(denoiser, canvases: tuple[Canvas, ...], settings: Sampling, sh
     # its own tokens (LLaDA2.1) runs its editing decode unless the user turned editing off.
     if denoiser.spec.block.edits and settings.editing != "off":
         return chained(denoiser, canvases, settings, should_stop, one=partial(edit_denoise, mode=settings.editing))
+    if denoiser.spec.block.sub_block:  # Fast-dLLM v2: sub-blocks and its token shift (subblock.py)
+        return chained(denoiser, canvases, settings, should_stop, one=subblock_denoise)
     return chained(denoiser, canvases, settings, should_stop)
 
 
