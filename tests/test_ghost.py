@@ -178,6 +178,7 @@ async def test_off_with_the_embedded_model_and_the_palette_turns_it_on(example, 
         await pilot.press("enter")
         await wait_for(pilot, lambda: ghost.enabled)
         assert app.status.ghost and "ghost completion on" in notices(app)
+        assert "ghost · " in app.status.render().plain  # beside the model's name
         await type_at_line_end(pilot, pane, LINE, "#")
         await wait_for(pilot, lambda: ghost.state == SHOWN)
         await pilot.press("ctrl+p")
@@ -241,6 +242,15 @@ async def test_no_first_run_pacing_when_turned_off_or_with_a_named_checkpoint(ex
             await pilot.press("alt+i")
             assert not pane.edit_run.paced
             await wait_for(pilot, lambda: pane.phase == PREVIEW)
+
+
+def test_latency_bench_prints_a_row_per_file_size(capsys):
+    import ghost_latency  # bench/ghost_latency.py (pytest's pythonpath); the embedded model
+
+    assert ghost_latency.main(["--lines", "120", "--keys", "2", "--pause-ms", "100"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| 120 |"))
+    ghosts, steps, _, pause, model, first, final, _ = (float(c.replace(",", "")) for c in row.strip("|").split("|")[1:])
+    assert ghosts >= 1 and steps >= 1 and pause >= 100 and model > 0 and pause <= first <= final
 
 
 def test_run_summary_puts_wall_time_beside_model_time():
