@@ -15,13 +15,14 @@ from typing import Callable, Iterator, Protocol
 
 from ..core.errors import ModelError
 from ..core.request import EditRequest
+from ..core.run import ModelInfo
 from ..core.settings import ModelRequest
 
 
 class Backend(Protocol):
-    def load(self) -> "ModelInfo": ...  # noqa: F821 (core.run.ModelInfo; core.run imports torch-free modules only)
+    def load(self) -> ModelInfo: ...  # loads (or reaches) the model once; later calls return at once
 
-    def describe(self) -> "ModelInfo": ...  # noqa: F821
+    def describe(self) -> ModelInfo: ...  # after load
 
     def run(self, request: EditRequest, should_stop: Callable[[], bool] = lambda: False,
             every: float | None = 0.0) -> Iterator[object]: ...

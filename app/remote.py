@@ -101,16 +101,19 @@ class RemoteBackend:
         last_sent = float("-inf")
         for data in exchange.events(should_stop):
             kind = data.get("type") if isinstance(data, dict) else None
-            if kind == "frame":
-                now = time.perf_counter()
-                if every is not None and now - last_sent >= every:
-                    last_sent = now
-                    yield Progress.from_json(data)
-            elif kind == "result":
-                yield Done.from_json(data, request)
-                return
-            elif kind == "error":
-                raise ModelError(f"{self.url}: {data.get('error', {}).get('message', 'the run failed')}")
+            try:
+                if kind == "frame":
+                    now = time.perf_counter()
+                    if every is not None and now - last_sent >= every:
+                        last_sent = now
+                        yield Progress.from_json(data)
+                elif kind == "result":
+                    yield Done.from_json(data, request)
+                    return
+                elif kind == "error":
+                    raise ModelError(f"{self.url}: {data.get('error', {}).get('message', 'the run failed')}")
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+                raise ModelError(f"{self.url} sent a {kind} sharpen cannot read") from None
         if not should_stop():
             raise ModelError(f"{self.url} closed the connection before the result")
 
