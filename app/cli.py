@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="sharpen",
         description="A terminal editor with a local diffusion language model: select, infill, rewrite, watch it sharpen.",
-        epilog=SPEC_HELP + "\n" + EXIT_CODES + "\nother commands: sharpen models | sharpen doctor | sharpen download REPO_ID",
+        epilog=SPEC_HELP + "\n" + EXIT_CODES + "\nother commands: sharpen models | sharpen doctor | sharpen download REPO_ID | sharpen serve | sharpen lsp",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("files", nargs="*", metavar="FILE", help="files to open; with --apply-edit exactly one (or - for stdin)")
