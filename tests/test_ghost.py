@@ -154,6 +154,12 @@ async def test_no_ghost_over_a_selection_a_run_or_mid_line(example, tiny_model_d
         editor.selection = ((LINE, 0), (LINE, 3))
         await pilot.pause(0.4)
         assert ghost.run is None and ghost.why_not() == "text is selected"
+        editor.move_cursor((LINE, len(editor.document.lines[LINE])))
+        editor.read_only = True
+        ghost.typed()
+        await pilot.pause(0.4)
+        assert ghost.run is None and ghost.why_not() == "the buffer is read-only or not focused"
+        editor.read_only = False
         editor.move_cursor((LINE + 1, len(editor.document.lines[LINE + 1])))
         await pilot.press("alt+i")  # an explicit run: the ghost waits its turn
         assert pane.phase in (RUNNING, PREVIEW)
