@@ -117,11 +117,30 @@ async def test_another_key_dismisses_a_shown_ghost_and_leaves_the_buffer(example
         assert ghost.state is None and not pane.preview.display
 
 
+class StepsAfterStop:
+    """A backend around the local one that counts, per run, the steps it yields once asked to stop."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.after_stop = inner, {}
+
+    def describe(self):
+        return self.inner.describe()
+
+    def run(self, request, should_stop, every=0.0):
+        stop = should_stop.__self__  # the run's threading.Event
+        self.after_stop[stop] = 0
+        for event in self.inner.run(request, should_stop, every):
+            self.after_stop[stop] += should_stop()
+            yield event
+
+
 async def test_typing_during_a_ghost_run_cancels_it_within_a_step(example, tiny_model_dir, tiny_denoiser):
     step = 0.5
     app = make_app([example], real(tiny_model_dir, min_step_ms=int(step * 1000)).layered({"sampling": {"steps": 8}}))
+    backend = StepsAfterStop(LocalBackend.of(tiny_denoiser))
     async with app.run_test(size=SIZE) as pilot:
-        await load(app, pilot, tiny_denoiser)
+        app.post_message(ModelLoaded(backend, "cpu", 0.0))
+        await wait_for(pilot, lambda: app.session.backend is not None)
         pane = app.active_pane()
         ghost, editor = pane.ghost, pane.editor
         await type_at_line_end(pilot, pane, LINE, " ")
@@ -135,8 +154,9 @@ async def test_typing_during_a_ghost_run_cancels_it_within_a_step(example, tiny_
         assert editor.text.replace("0: x", "0: ", 1) == before
         workers = [w for w in app.workers if w.group == "ghost"]
         await wait_for(pilot, lambda: all(w.is_finished for w in workers), timeout=5)
-        # It stopped at its next step (the pacing between steps answers a stop at once), not 7 steps
-        # (3.5 s) later; the bound leaves room for a loaded machine.
+        assert backend.after_stop[run.stop] <= 1  # at most the step in flight when the key came
+        # ... and so it ended within about a step (the pacing between steps answers a stop at once),
+        # not 7 steps (3.5 s) later; the bound leaves room for a loaded machine.
         assert time.perf_counter() - asked < 4 * step
 
 
