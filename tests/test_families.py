@@ -372,7 +372,7 @@ def test_cli_errors_are_one_line_and_exit_4(ckpt, toy_remote, tmp_path, capsys):
     runs = sharpen_together((src, "--apply-edit", "1-1", "--model", truncated), (src, "--apply-edit", "1-1", "--model", unknown))
     assert "corrupt or truncated weights file model-00002-of-00003.safetensors" in one_line_exit_4(runs[0])
     line = one_line_exit_4(runs[1])
-    assert "unknown model family (config.json model_type='mamba-diffusion'); known: diffusion_gemma, dream, llada, llada2, open-dcoder, sharpen" in line
+    assert "unknown model family (config.json model_type='mamba-diffusion'); known: diffusion_gemma, dream, fast-dllm-v2, llada, llada2, open-dcoder, sdar, sdar_moe, sharpen, stable-diffcoder" in line
     assert main([str(src), "--apply-edit", "1-1", "--model", str(toy_remote)]) == 4  # in-process: saves a torch import
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pass --trust-remote-code if you trust it" in err[0]
