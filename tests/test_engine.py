@@ -24,7 +24,7 @@ def test_the_result_is_a_change_set_every_front_end_applies(tiny_denoiser):
 
 
 def test_edit_options_map_the_editing_request(tiny_denoiser):
-    assert edit_options(Editing()) == {"context_tokens": 1024, "length": "fixed"}
+    assert edit_options(Editing()) == {"context_tokens": 1024, "length": "fixed", "prompt": "auto"}
     options = edit_options(Editing(candidates=3, length="adaptive", context_tokens=64), path="x.py")
     assert (options["length"], options["context_tokens"]) == ("adaptive", 64) and options["candidates"] is not None
     with pytest.raises(UsageError, match="unknown length policy"):
