@@ -395,3 +395,22 @@ def test_remote_backend_without_the_key_is_one_line_exit_4(tmp_path, runner):
                                capture_output=True, text=True, cwd=ROOT, env={**env, "SHARPEN_API_KEY": "k3y"}, timeout=120)
         assert keyed.returncode == 0, keyed.stderr
     assert path.read_text() == "x = 1\n"
+
+
+async def test_a_run_that_fails_mid_stream_ends_with_one_error_event():
+    from sharpen.app.serve.app import build_app
+    from sharpen.app.serve.common import Server
+    from sharpen.core.errors import ModelError
+    from sharpen.core.run import ModelInfo, SpanDraft
+
+    class Failing:  # a backend whose run breaks after its first frame (a GPU running out of memory)
+        def run(self, request, should_stop, every):
+            yield Progress(0, 4, 0.0, (SpanDraft("", ()),))
+            raise ModelError("out of GPU memory")
+
+    app = build_app(Server(Failing(), ModelInfo("m", "sharpen", "cpu", "mask", None, 256)))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        answer = await client.post("/v1/edits", json={"text": "ab", "spans": [{"start": 1}], "stream": True})
+    events = [json.loads(line[6:]) for line in answer.text.splitlines() if line.startswith("data: ")]
+    assert answer.status_code == 200 and events[0]["type"] == "frame"
+    assert events[-1] == {"error": {"message": "out of GPU memory", "type": "server_error", "code": 500}}

@@ -26,6 +26,14 @@ class Stopped:
     last: object | None  # the last core.run.Progress seen, None when the run never started
 
 
+@dataclass(frozen=True)
+class Failed:
+    """A streamed run that failed after its answer had started: sent as an error event."""
+
+    status: int
+    message: str  # one plain line
+
+
 _END = object()
 
 

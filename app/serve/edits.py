@@ -17,7 +17,8 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 from ...core.errors import SharpenError
 from ...core.request import EditRequest
-from .common import SSE_HEADERS, HTTPError, read_json, server_of, sse
+from .common import SSE_HEADERS, HTTPError, error_body, read_json, server_of, sse
+from .bridge import Failed
 from .runs import open_stream, run_to_end
 
 
@@ -64,6 +65,9 @@ async def _stream(events, server):
                 if isinstance(event, Done):
                     yield sse("[DONE]")
                     return
+            elif isinstance(event, Failed):  # the run failed after the stream began
+                yield sse(error_body(event.status, event.message))
+                return
             else:  # Stopped by the server's time limit
                 yield sse({"type": "error", "error": {"message": f"the run took longer than this server allows ({server.limits.seconds:g} s)", "code": 504}})
                 return

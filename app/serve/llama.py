@@ -25,7 +25,8 @@ from contextlib import aclosing
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from .common import SSE_HEADERS, HTTPError, cut_at_stop, field_of, point_request, read_json, sampling_of, server_of, sse, stop_strings, token_budget
+from .common import SSE_HEADERS, HTTPError, error_body, cut_at_stop, field_of, point_request, read_json, sampling_of, server_of, sse, stop_strings, token_budget
+from .bridge import Failed
 from .runs import committed_text, open_stream, run_to_end
 
 MAX_EXTRA_CHUNKS = 64
@@ -170,6 +171,9 @@ async def _stream(server, events, edit, at: int, n_indent: int, stops: list[str]
                 seconds = time.perf_counter() - started
                 answer = _answer(rest, server, 0, event.result.tokens, 0.0, seconds, False, slot, word)
                 yield sse(answer)
+                return
+            elif isinstance(event, Failed):  # the run failed after the stream began
+                yield sse(error_body(event.status, event.message))
                 return
             else:  # Stopped: the time ran out; what was sent stands
                 yield sse(_answer("", server, 0, 0, 0.0, time.perf_counter() - started, True, slot, None))

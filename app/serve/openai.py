@@ -22,7 +22,8 @@ from contextlib import aclosing
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from .common import SSE_HEADERS, HTTPError, cut_at_stop, field_of, point_request, read_json, sampling_of, server_of, sse, stop_strings, token_budget
+from .common import SSE_HEADERS, HTTPError, error_body, cut_at_stop, field_of, point_request, read_json, sampling_of, server_of, sse, stop_strings, token_budget
+from .bridge import Failed
 from .runs import committed_text, open_stream, run_to_end
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
@@ -197,6 +198,9 @@ async def _stream(server, events, edit, shape: _Shape, stops, diffusing: bool, m
                 else:
                     yield sse(shape.chunk(text[len(sent):] if text.startswith(sent) else "", finish, first=first))
                 yield sse("[DONE]")
+                return
+            elif isinstance(event, Failed):  # the run failed after the stream began
+                yield sse(error_body(event.status, event.message))
                 return
             else:  # Stopped by the server's time limit: end the stream as OpenAI ends a cut one
                 yield sse(shape.chunk("", "length", first=first))

@@ -3,13 +3,16 @@ stream of events; and the text a one-span run has committed so far."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 
 from ...core.errors import SharpenError
 from ...core.newlines import match_newlines, newline_style
-from .bridge import Stopped, cancel_on_disconnect, start_run
+from .bridge import Failed, Stopped, cancel_on_disconnect, start_run
 from .common import HTTPError, Server, status_of
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,9 +74,15 @@ async def open_stream(request, server: Server, edit, every: float = 0.0):
                 if isinstance(event, Done):
                     server.metrics.finished(event.result.tokens, event.result.steps, time.perf_counter() - started)
                 yield event
-                if isinstance(event, (Done, Stopped)):
+                if isinstance(event, (Done, Stopped, Failed)):
                     return
-                event = await events.__anext__()
+                try:
+                    event = await events.__anext__()
+                except SharpenError as exc:  # the stream has begun: the error becomes its last event
+                    event = Failed(status_of(exc), str(exc))
+                except Exception as exc:
+                    log.exception("a streamed run failed")
+                    event = Failed(500, f"internal error: {type(exc).__name__}")
         finally:
             if not isinstance(event, Done):  # the time ran out, or the client left mid-stream
                 server.metrics.stopped()
