@@ -91,6 +91,10 @@ class ModelSpec:
         for label, value in (("mask", self.mask_id), ("pad", self.pad_id), ("eos", self.eos_id)):
             if value is not None and not 0 <= value < vocab_size:
                 raise ModelError(f"{label} token id {value} is outside the vocabulary of {vocab_size}")
+        # Every id the files declare as an end (generation_config.json lists) becomes a tensor: check them too.
+        outside = [i for i in self.other_end_ids if not 0 <= i < vocab_size]
+        if outside:
+            raise ModelError(f"end token id {outside[0]} is outside the vocabulary of {vocab_size}")
         if self.mask_id in (self.pad_id, self.eos_id):
             raise ModelError(f"mask token id {self.mask_id} collides with pad/eos; the checkpoint's special tokens are inconsistent")
 
@@ -301,6 +305,3 @@ def banned_token_ids(tokenizer: Tokenizer, spec: ModelSpec, vocab_size: int) -> 
     banned |= {i for i, piece in enumerate(pieces) if i not in allowed_special and not _CONTROL.isdisjoint(piece)}
     return torch.tensor(sorted(banned), dtype=torch.long)
 
-
-def _special_tokens(tokenizer: Tokenizer) -> set[str]:
-    return {t.content for t in tokenizer.hf.get_added_tokens_decoder().values() if t.special}

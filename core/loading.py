@@ -114,10 +114,12 @@ def model_config(path: Path, config: dict) -> tuple[families.Family, ModelConfig
         cfg = family.to_config(config)
     except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
         raise ModelError(f"config.json of {path} does not describe a {family.name} model: {exc}") from None
-    for name, limit in SANE_LIMITS.items():
+    for name in (*SANE_LIMITS, "n_kv_heads"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool):  # a string passes the family's mapping untouched
             raise ModelError(f"config.json of {path}: {name}={value!r} must be a whole number")
+    for name, limit in SANE_LIMITS.items():
+        value = getattr(cfg, name)
         if value > limit:
             raise ModelError(f"config.json of {path}: {name}={getattr(cfg, name)} is beyond any real model (at most {limit}); refusing to build it")
     return family, cfg

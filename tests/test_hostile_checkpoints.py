@@ -93,6 +93,8 @@ NATIVE_CONFIGS = [
     ("nested-5000", lambda text: text.replace('"name"', '"deep": ' + "[" * 5000 + "]" * 5000 + ', "name"'), "nested too deeply"),
     ("mask-id-string", lambda text: text.replace('"name"', '"mask_token_id": "0", "name"'), "mask_token_id is '0', not a token id"),
     ("model-type-list", lambda text: text.replace('"model_type": "sharpen"', '"model_type": ["sharpen"]'), "model_type is ['sharpen'], not a name"),
+    ("kv-heads-half", lambda text: text.replace('"n_kv_heads": 2', '"n_kv_heads": 0.5'), "n_kv_heads=0.5 must be a whole number"),
+    ("pad-id-past-int64", lambda text: text.replace('"name"', '"pad_token_id": 10000000000000000000, "name"'), "pad token id 10000000000000000000 is outside"),
     ("ffn-hidden-string", lambda text: text.replace('"ffn_hidden": 192', '"ffn_hidden": "192"'), "ffn_hidden='192' must be a whole number"),
 ]
 
@@ -390,3 +392,14 @@ def test_a_weights_header_nested_too_deep_is_one_line(cli, tiny_model_dir, tmp_p
     (model / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
     code, line = cli(model)
     assert code == 4 and "nested too deeply" in line, line
+
+
+def test_declared_end_ids_outside_the_vocabulary_are_refused(cli, tmp_path):
+    """generation_config.json's eos list becomes a tensor of end ids: 10**19 overflowed int64 (internal error)."""
+    from family_checkpoints import write_llada
+
+    model = write_llada(tmp_path / "llada")
+    generation = model / "generation_config.json"
+    edit_json(generation, lambda g: g.update(eos_token_id=[g["eos_token_id"], 10**19]))
+    code, line = cli(model)
+    assert code == 4 and "end token id 10000000000000000000 is outside the vocabulary" in line, line
