@@ -501,3 +501,43 @@ def test_the_cli_edits_with_a_fast_dllm_v2_release(fdllm_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["text"].startswith(TEXT[:19]) and out["text"].endswith(TEXT[31:]) and target.read_text() == TEXT
+
+
+async def test_the_editor_shows_blocks_sharpening_in_order_and_keeps_the_text_outside(sdar, tmp_path):
+    from pilot import Config, make_app, wait_for, with_model
+
+    from sharpen.app.tui.editor_pane import IDLE, PREVIEW
+    from sharpen.app.tui.preview import MASK_GLYPH
+
+    path = tmp_path / "add.py"
+    path.write_text(TEXT)
+    app = make_app([path], Config.of(frame_rate=60, min_step_ms=150))  # slow enough to see each step under load
+    drafts: list[str] = []
+    async with app.run_test(size=(100, 24)) as pilot:
+        await with_model(app, pilot, sdar)
+        pane = app.active_pane()
+        editor = pane.editor
+        editor.selection = ((1, 4), (1, 16))
+        start, end = editor.selected_offsets()
+        await pilot.press("alt+i")
+        for _ in range(1000):
+            text = pane.preview.layout_shown.text
+            if MASK_GLYPH in text and (not drafts or drafts[-1] != text):
+                drafts.append(text)
+            if pane.phase == PREVIEW:
+                break
+            await pilot.pause(0.01)
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        # Blocks sharpen left to right: past the first masked slot only the open block (4 slots) can
+        # hold sharp tokens, so at most 3 runs of text follow the first glyph.
+        assert len(drafts) >= 3
+        for draft in drafts:
+            blur = draft[start:].split("\n", 1)[0]
+            rest = blur[blur.index(MASK_GLYPH):]
+            assert len([r for r in rest.split(MASK_GLYPH) if r]) <= 3, rest
+        counts = [d.count(MASK_GLYPH) for d in drafts]
+        assert counts == sorted(counts, reverse=True)
+        await pilot.press("tab")
+        assert pane.phase == IDLE
+        new = editor.buffer_text
+        assert new[:start] == TEXT[:start] and new.endswith(TEXT[end:])
