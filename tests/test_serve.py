@@ -414,3 +414,31 @@ async def test_a_run_that_fails_mid_stream_ends_with_one_error_event():
     events = [json.loads(line[6:]) for line in answer.text.splitlines() if line.startswith("data: ")]
     assert answer.status_code == 200 and events[0]["type"] == "frame"
     assert events[-1] == {"error": {"message": "out of GPU memory", "type": "server_error", "code": 500}}
+
+
+async def test_the_editor_on_a_server_without_drafts_says_so_and_still_edits(server, runner, tmp_path):
+    from pilot import wait_for
+
+    from sharpen.app.config import Config
+    from sharpen.app.tui.editor_app import SharpenApp
+    from sharpen.app.tui.editor_pane import PREVIEW
+    from sharpen.app.tui.themes import load_themes
+
+    path = tmp_path / "fizz.py"
+    original = PREFIX + "        \n" + SUFFIX
+    path.write_text(original)
+    config = Config.of(steps=6).layered({"backend": {"backend": server, "backend_protocol": "openai"}})
+    app = SharpenApp([path], config, load_themes(None))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await wait_for(pilot, lambda: app.backend is not None, timeout=60)
+        assert app.status.model == "sharpen-embedded (no drafts)"
+        assert any("sends no drafts" in str(n.message) for n in app._notifications)
+        pane = app.active_pane()
+        pane.editor.selection = ((2, 8), (2, 8))
+        await pilot.press("alt+i")
+        await wait_for(pilot, lambda: pane.phase == PREVIEW, timeout=60)
+        await pilot.press("tab")
+        at = len(PREFIX) + 8
+        # A plain completions request carries no steps: the server's own defaults apply.
+        filled = runner.result(EditRequest(original, (Span(at, at, max_tokens=config.editing.infill_tokens),))).result.spans[0].text
+        assert pane.editor.buffer_text == original[:at] + filled + original[at:]
