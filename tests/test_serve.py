@@ -442,3 +442,12 @@ async def test_the_editor_on_a_server_without_drafts_says_so_and_still_edits(ser
         # A plain completions request carries no steps: the server's own defaults apply.
         filled = runner.result(EditRequest(original, (Span(at, at, max_tokens=config.editing.infill_tokens),))).result.spans[0].text
         assert pane.editor.buffer_text == original[:at] + filled + original[at:]
+
+
+def test_serve_bench_prints_a_row_per_client_count():
+    out = subprocess.run([sys.executable, "bench/serve.py", "--requests", "1", "--clients", "1,2", "--max-tokens", "8"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert [r[0] for r in rows] == ["1", "2"] and [r[1] for r in rows] == ["1", "2"]  # clients, requests
+    assert rows[0][5] == "1.00"  # the x-one column is relative to one client
