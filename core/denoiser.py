@@ -303,5 +303,6 @@ def banned_token_ids(tokenizer: Tokenizer, spec: ModelSpec, vocab_size: int) -> 
     n = min(vocab_size, tokenizer.vocab_size)
     pieces = tokenizer.hf.decode_batch([[i] for i in range(n)], skip_special_tokens=False)
     banned |= {i for i, piece in enumerate(pieces) if i not in allowed_special and not _CONTROL.isdisjoint(piece)}
+    banned |= {i for i in range(n) if tokenizer.hf.id_to_token(i) is None}  # holes in the id space: no text to write
     return torch.tensor(sorted(banned), dtype=torch.long)
 

@@ -28,7 +28,10 @@ EOS_TOKEN = "<|endoftext|>"
 class Tokenizer:
     def __init__(self, hf: _HFTokenizer) -> None:
         self.hf = hf
-        self.vocab_size = hf.get_vocab_size(with_added_tokens=True)
+        # The id space (highest id + 1), not the count of tokens: they differ where ids have holes
+        # (a tiny vocabulary whose special tokens keep a release's ids, LLaDA2's mask at 156895).
+        vocab = hf.get_vocab(with_added_tokens=True)
+        self.vocab_size = max(vocab.values()) + 1 if vocab else 0
 
     @classmethod
     def from_file(cls, path: str | Path) -> "Tokenizer":

@@ -29,6 +29,12 @@ LING_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<role>ASSISTANT</role>' }}{%- endif %}"
 )
 
+# The releases' special ids (LLaDA2.x tokenizer.json; <|endoftext|> is config.json's pad_token_id)
+# and vocabulary: write_llada2(release_ids=True) puts the special tokens there, the BPE below them.
+LING_RELEASE_IDS = {"<|startoftext|>": 156891, "<|endoftext|>": 156892, "<role>": 156893, "</role>": 156894,
+                    "<|mask|>": 156895, "<|role_end|>": 156896}
+LING_VOCAB = 157184
+
 # The tiny shape: layer 0 dense, layers 1-2 MoE; 8 experts in 4 groups, 2 groups allowed, top 2.
 TINY = dict(d=64, layers=3, heads=4, kv=2, head_dim=16, dense_hidden=96, expert_hidden=32, experts=8, top_k=2,
             n_group=4, topk_group=2, shared=1, first_dense=1)
@@ -143,11 +149,18 @@ def llada2_state(config: dict, seed: int, head_scale: float = 1.0) -> dict[str, 
 
 
 def write_llada2(out: Path, *, version: str = "2.0", seed: int = 31, shards: int = 3, dtype: torch.dtype = torch.float32,
-                 head_scale: float = 1.0, config_overrides: dict | None = None, **shape) -> Path:
-    """A LLaDA2.x checkpoint directory in the release's layout, at the tiny shape."""
+                 head_scale: float = 1.0, release_ids: bool = False, config_overrides: dict | None = None, **shape) -> Path:
+    """A LLaDA2.x checkpoint directory in the release's layout, at the tiny shape; with
+    `release_ids`, the release's special ids (mask 156895, eos 156892) and vocabulary (157,184 rows)."""
     out.mkdir(parents=True, exist_ok=True)
     ids = write_tokenizer(out, LING_SPECIAL)
-    config = llada2_config(ids, padded(max(ids.values()) + 1), version=version, **shape)
+    if release_ids:
+        tok = json.loads((out / "tokenizer.json").read_text())
+        for token in tok["added_tokens"]:  # in the vocabulary too, as the release's: tokenizers keeps their ids then
+            token["id"] = tok["model"]["vocab"][token["content"]] = LING_RELEASE_IDS[token["content"]]
+        (out / "tokenizer.json").write_text(json.dumps(tok))
+        ids = dict(LING_RELEASE_IDS)
+    config = llada2_config(ids, LING_VOCAB if release_ids else padded(max(ids.values()) + 1), version=version, **shape)
     _write_json(out / "config.json", {**config, **(config_overrides or {})})  # overrides: config.json only, not the weights
     _write_json(out / "tokenizer_config.json", {
         "bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",

@@ -465,3 +465,23 @@ async def test_llada21_in_the_editor_draws_edits_and_tab_keeps_the_text_outside(
         await pilot.press("tab")
         new = editor.buffer_text
         assert new[:start] == TEXT[:start] and new.endswith(TEXT[end:])
+
+
+def test_llada2_with_the_release_ids_and_vocabulary(tmp_path):
+    """The release's special ids (mask 156895, <|endoftext|> 156892) in a 157,184-row embedding,
+    with a tiny vocabulary below them: the ids come from the tokenizer, the end tokens stay
+    writable, the holes between the vocabulary and the specials are never proposed."""
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.spans import Span
+
+    ckpt = write_llada2(tmp_path / "m", version="2.1", head_scale=3.0, release_ids=True, d=32, head_dim=8, heads=4, kv=2,
+                        dense_hidden=64, expert_hidden=16)
+    den = load_denoiser(ckpt)
+    assert (den.spec.mask_id, den.model.cfg.vocab_size, den.tokenizer.vocab_size) == (156895, 157184, 156897)
+    assert 156892 in den.spec.end_ids and den.spec.eos_id == 156896  # <|endoftext|>; <|role_end|> ends a chat turn
+    banned = set(den.banned_ids.tolist())
+    assert 156895 in banned and 156892 not in banned and 156896 not in banned and {306, 100000, 157000} <= banned
+    start = TEXT.index("return")
+    result = apply_edit(den, TEXT, [Span(start, start + len("return a + b"))])
+    assert result.text.startswith(TEXT[:start]) and result.text.endswith(TEXT[start + len("return a + b"):])
+    assert result.spans[0].commits and result.spans[0].edits is not None
