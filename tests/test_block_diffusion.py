@@ -304,12 +304,15 @@ def test_the_cli_edits_with_an_sdar_release(sdar_dir, tmp_path):
 
     target = tmp_path / "a.py"
     target.write_text(TEXT)
-    for extra in ([], ["--mode", "rewrite", "--strength", "1"], ["--prompt", "fim"]):
+    for extra in ([], ["--mode", "rewrite", "--strength", "1"], ["--prompt", "fim"], ["--instruction", "use subtraction"]):
         proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:5-2:17", "--model", str(sdar_dir),
                                "--json", *extra], capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
         assert out["text"].startswith(TEXT[:19]) and out["text"].endswith(TEXT[31:])
+    proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:5-2:17", "--model", str(sdar_dir),
+                           "--prompt", "fim", "--instruction", "use subtraction"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "needs --prompt chat" in proc.stderr
     assert target.read_text() == TEXT
 
 
