@@ -190,6 +190,23 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune")
 
 
+# Block size when none is set, by device and model size. On a GPU a cached step costs about
+# the same for 8 rows as for 32 (it reads every weight once either way; bench/gpu_ready.py), so
+# fewer, bigger blocks mean fewer steps per token: models of BIG_MODEL parameters and more take
+# the published settings for 7-8B models there (LLaDA's and Fast-dLLM's blocks of 32, threshold
+# 0.9, whole-canvas refresh per block: each family's default_refresh). On a CPU a step's cost
+# grows with its rows, and blocks of 8 measured fastest at equal accuracy and parse rate on the
+# embedded model (bench/speed.py, docs/speed.md); small models keep 8 on a GPU too, the size
+# they were measured at. The threshold (0.9) and refresh do not change with the device.
+CPU_BLOCK_SIZE = 8
+GPU_BLOCK_SIZE = 32
+BIG_MODEL = 1_000_000_000  # parameters
+
+
+def default_block_size(device_type: str, parameters: int) -> int:
+    return GPU_BLOCK_SIZE if device_type == "cuda" and parameters >= BIG_MODEL else CPU_BLOCK_SIZE
+
+
 @dataclass(frozen=True)
 class Sampling(Request):
     """How the denoising loop commits tokens."""
@@ -201,8 +218,8 @@ class Sampling(Request):
     schedule: str = setting("threshold", "fixed quota per step, or also every token above --threshold", choices=SCHEDULES)
     # Fast-dLLM's parallel-commit confidence; lower commits more per step and breaks syntax first (README).
     threshold: float = setting(0.9, "confidence for parallel commits", low=0.0, high=1.0, low_open=True, metavar="P")
-    # 8 measured fastest at equal accuracy on the embedded model (bench/speed.py).
-    block_size: int = setting(8, "semi-autoregressive blocks of N slots, left to right (0: one block)", low=0, metavar="N")
+    # Unset: per device and model size (default_block_size).
+    block_size: int | None = setting(None, "semi-autoregressive blocks of N slots, left to right (0: one block; default: 32 for big models on a GPU, 8 elsewhere)", low=0, metavar="N")
     cache: str = setting("dual", "KV cache per block: none is exact; dual is fastest", choices=CACHES)
     # Unset: the model's own (ModelSpec.default_refresh): Fast-dLLM's whole-canvas refresh for
     # released checkpoints, whose accuracy is published; block refresh for the embedded model.

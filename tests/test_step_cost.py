@@ -173,3 +173,19 @@ def test_the_sampler_draws_no_generator_inside_a_step(tiny_denoiser, monkeypatch
     monkeypatch.setattr(torch, "rand", no_generator)
     result = apply_edit(tiny_denoiser, TEXT, [Span(48, 48, max_tokens=10)], Sampling(temperature=1.0, policy="random", seed=2))
     assert result.steps > 1
+
+
+def test_block_size_defaults_by_device_and_model_size(tiny_denoiser):
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.loops.masked import _plan
+    from sharpen.core.settings import Sampling, default_block_size
+    from sharpen.core.spans import Span
+
+    assert default_block_size("cuda", 8_000_000_000) == 32 and default_block_size("cuda", 500_000_000) == 8
+    assert default_block_size("cpu", 8_000_000_000) == 8
+    blocks = _plan([range(10, 80)], Sampling(), "cpu", default_block_size("cuda", 8_000_000_000))
+    assert [len(host) for _, _, host in blocks] == [32, 32, 6]
+    assert [len(host) for _, _, host in _plan([range(10, 80)], Sampling(block_size=0), "cpu", 32)] == [70]  # set: as asked
+    spans = [Span(48, 48, max_tokens=20)]
+    unset, eight = (apply_edit(tiny_denoiser, TEXT, spans, Sampling(block_size=b)) for b in (None, 8))
+    assert (unset.text, unset.steps) == (eight.text, eight.steps)  # on this CPU: blocks of 8, as before

@@ -40,7 +40,7 @@ from ...kernels.reference import row_keys, seed_key
 from ..canvas import Canvas
 from ..denoiser import DenoiserLike
 from ..errors import UsageError
-from ..settings import Sampling
+from ..settings import CPU_BLOCK_SIZE, Sampling, default_block_size
 from .frame import Frame, slot_states
 
 REWRITE_ORDERS = ("confidence", "random")
@@ -70,7 +70,7 @@ class LoopRules:
             raise ValueError(f"unknown read policy {self.reads!r}; known: {', '.join(READS)}")
 
 
-def _plan(spans: list[range], settings: Sampling, device) -> list[tuple[torch.Tensor, int, list[int]]]:
+def _plan(spans: list[range], settings: Sampling, device, default_size: int = CPU_BLOCK_SIZE) -> list[tuple[torch.Tensor, int, list[int]]]:
     """Blocks of slot positions, left to right: (positions on `device`, step budget, positions on the host).
 
     Block k holds the k-th run of `block_size` slots of every span, so several marked regions
@@ -81,7 +81,8 @@ def _plan(spans: list[range], settings: Sampling, device) -> list[tuple[torch.Te
     """
     spans = [r for r in spans if len(r)]
     n = sum(len(r) for r in spans)
-    size = settings.block_size or max((len(r) for r in spans), default=1)
+    size = settings.block_size if settings.block_size is not None else default_size  # unset: per device (settings.py)
+    size = size or max((len(r) for r in spans), default=1)
     longest = max((len(r) for r in spans), default=0)
     blocks = [[p for r in spans for p in r[k:k + size]] for k in range(0, longest, size)]
     budget = n if settings.steps is None else min(n, max(settings.steps, len(blocks)))
@@ -150,7 +151,7 @@ def denoise(
     if rules.expected_length and infill_slots and end_ids.numel():
         _pad_past_expected_length(denoiser, x, infill_slots, end_ids, mask_id, denoised, banned)
     guesses = x.clone()
-    plan = _plan(list(canvas.slots), settings, device)
+    plan = _plan(list(canvas.slots), settings, device, default_block_size(device.type, _parameters(denoiser)))
     total = sum(steps for _, steps, _ in plan)
     yield frame(0, total)
 
@@ -232,6 +233,12 @@ def denoise(
             yield frame(step, total)
         previous_host = block_host
     yield frame(step, total, done=True)
+
+
+def _parameters(denoiser) -> int:
+    """The model's parameter count, where the denoiser has a torch model (0 otherwise)."""
+    model = getattr(denoiser, "model", None)
+    return sum(p.numel() for p in model.parameters()) if hasattr(model, "parameters") else 0
 
 
 class _Finished:
