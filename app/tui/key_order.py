@@ -55,8 +55,8 @@ class KeyOrder:
                 await self.app.forward_key(event)
 
     async def take(self, event: events.Event) -> bool:
-        """Handle `event` (a Key, or a Paste before the editor is ready) here; False: let
-        Textual forward it as usual."""
+        """Handle `event` (a Key or a Paste) here, in the order it came; False: let Textual
+        forward it as usual (text for the editor goes through the editor's own queue, in order)."""
         if not self.ready:
             self.held.append(event)
             return True
