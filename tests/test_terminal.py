@@ -126,6 +126,24 @@ def test_a_hang_up_ends_the_editor_in_bounded_time_with_its_work_in_recovery(tmp
         terminal.close()
 
 
+@pytest.mark.parametrize("signum", [1, 15], ids=["SIGHUP", "SIGTERM"])
+def test_a_stop_signal_with_the_terminal_still_open_ends_the_editor_through_recovery(tmp_path, signum):
+    import os
+
+    terminal, path, store = editor(tmp_path)
+    try:
+        terminal.type(b"# kept", pause=0.3)
+        terminal.type(b"\x1bi\x1bi\x07")  # a burst in flight: Alt chords, a prompt opening
+        os.kill(terminal.process.pid, signum)
+        code = terminal.wait(BOUND)
+        assert code == 128 + signum
+        assert recovered(store, path).startswith("# kept")
+        assert path.read_text() == "x = 1\n"
+        assert "\x1b[?1049l" in terminal.output.decode("utf-8", "replace")  # left the alternate screen
+    finally:
+        terminal.close()
+
+
 WATCHDOG_SCRIPT = textwrap.dedent("""
     import queue, sys, threading
     from sharpen.app.tui.terminal import ProcessGuard
