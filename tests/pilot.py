@@ -12,7 +12,7 @@ from sharpen.app.tui.messages import ModelLoaded
 from sharpen.app.tui.themes import load_themes
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "fizzbuzz.py"
-FAST = Config.of(steps=4, frame_rate=60)
+FAST = Config.of(steps=4, frame_rate=60, first_run_step_ms=0)  # the first run unpaced too (tests/test_ghost.py tests the pacing)
 SLOW = Config.of(steps=8, min_step_ms=250)  # a run that lasts long enough to interrupt
 
 
