@@ -106,10 +106,10 @@ def read_schedule(generation_config: dict) -> Schedule:
             raise ModelError(f"generation_config.json: {FILE_KEYS.get(key, key)} is {value!r}, not a "
                              f"{'whole ' if key in ('max_steps', 'stability') else ''}number")
     schedule = Schedule(**chosen)
-    if not (0 < schedule.max_steps <= MAX_DENOISING_STEPS and schedule.entropy_bound > 0
-            and 0 <= schedule.t_min < schedule.t_max and schedule.stability >= 0 and schedule.confidence > 0):
+    if not (0 < schedule.max_steps <= MAX_DENOISING_STEPS and 0 < schedule.entropy_bound <= 1e6 and 0 <= schedule.t_min < schedule.t_max <= 1e3
+            and 0 <= schedule.stability <= MAX_DENOISING_STEPS and 0 < schedule.confidence <= 1e6):
         raise ModelError(f"generation_config.json has diffusion settings sharpen cannot use: {schedule} "
-                         f"(steps 1..{MAX_DENOISING_STEPS}, 0 <= t_min < t_max, the rest positive)")
+                         f"(steps and stability 0..{MAX_DENOISING_STEPS}, 0 <= t_min < t_max <= 1000, bounds and confidence in (0, 1e6])")
     return schedule
 
 
@@ -274,12 +274,32 @@ def check_config(path: Path, config: dict) -> None:
         value = text.get(key)
         if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= limit):
             raise ModelError(f"{path}/config.json: text_config.{key}={value!r} must be a whole number from 1 to {limit}")
-    canvas = config.get("canvas_length")
-    if canvas is not None and not (isinstance(canvas, int) and not isinstance(canvas, bool) and 1 <= canvas <= LIMITS["max_position_embeddings"]):
+    for key in ("dtype", "torch_dtype"):  # transformers looks the name up on torch
+        if key in config and config[key] not in (None, "auto", "float32", "bfloat16", "float16", "float64"):
+            raise ModelError(f"{path}/config.json: {key}={config[key]!r} is not a dtype (float32, bfloat16, float16)")
+    canvas = config.get("canvas_length", 1)
+    if not (isinstance(canvas, int) and not isinstance(canvas, bool) and 1 <= canvas <= LIMITS["max_position_embeddings"]):
         raise ModelError(f"{path}/config.json: canvas_length={canvas!r} must be a whole number of at least 1")
+    for key, value in text.items():  # ids, counts, windows: whole numbers a C int64 (and torch) can take
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < 2**31:
+            raise ModelError(f"{path}/config.json: text_config.{key}={value} is out of range")
+    vocab = text.get("vocab_size")
+    for key in [k for k in text if k.endswith("_token_id")]:
+        ids = text[key] if isinstance(text[key], list) else [text[key]]
+        if isinstance(vocab, int) and any(isinstance(i, int) and not 0 <= i < vocab for i in ids):
+            raise ModelError(f"{path}/config.json: text_config.{key}={text[key]!r} is outside the vocabulary of {vocab}")
+    for key in ("num_key_value_heads", "sliding_window", "top_k_experts", "num_experts"):
+        if isinstance(text.get(key), int) and text[key] < 1:
+            raise ModelError(f"{path}/config.json: text_config.{key}={text[key]} must be at least 1")
+    experts, top_k = text.get("num_experts"), text.get("top_k_experts")
+    if isinstance(experts, int) and (top_k is None or (isinstance(top_k, int) and top_k > experts)):
+        raise ModelError(f"{path}/config.json: text_config.top_k_experts={top_k!r} must be from 1 to num_experts={experts}")
+    if not isinstance(text.get("per_layer_config", {}), (dict, type(None))):
+        raise ModelError(f"{path}/config.json: text_config.per_layer_config must be an object")
     layers, types = text.get("num_hidden_layers"), text.get("layer_types")
     if isinstance(types, list) and layers is not None and len(types) != layers:
         raise ModelError(f"{path}/config.json: num_hidden_layers is {layers} but layer_types names {len(types)} layers")
+    _check_with_transformers(path, config)
     shapes: dict[str, tuple[int, ...]] = {}
     for file in weight_files(path):
         for name, entry in untrusted.safetensors_header(file, SAFETENSORS_DTYPES).items():
@@ -345,6 +365,20 @@ def load_gemma(path: Path, device: str = "cpu", dtype: torch.dtype | None = None
     return GemmaDenoiser(model, tokenizer, spec, schedule)
 
 
+_NOT_CONFIG_ARGUMENTS = ("architectures", "transformers_version", "dtype", "torch_dtype", "model_type")
+
+
+def _check_with_transformers(path: Path, config: dict) -> None:
+    """transformers' own validation of the config (types of every field), as one line: its strict
+    dataclasses raise their own error classes, not TypeError or ValueError."""
+    DiffusionGemmaConfig = _transformers_class("DiffusionGemmaConfig")
+    try:
+        DiffusionGemmaConfig(**{k: v for k, v in config.items() if k not in _NOT_CONFIG_ARGUMENTS})
+    except Exception as exc:  # whatever the library's validation raises is the config's fault
+        raise ModelError(f"{path}/config.json is not a DiffusionGemma config transformers accepts: "
+                         f"{str(exc).splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__}") from None
+
+
 def parameter_count(config: dict) -> int:
     """Exact parameter count of the checkpoint's model, built on the meta device (no memory)."""
     from accelerate import init_empty_weights
@@ -352,7 +386,7 @@ def parameter_count(config: dict) -> int:
     DiffusionGemmaConfig = _transformers_class("DiffusionGemmaConfig")
     DiffusionGemmaForBlockDiffusion = _transformers_class("DiffusionGemmaForBlockDiffusion")
 
-    cfg = DiffusionGemmaConfig(**{k: v for k, v in config.items() if k not in ("architectures", "transformers_version", "dtype", "torch_dtype", "model_type")})
+    cfg = DiffusionGemmaConfig(**{k: v for k, v in config.items() if k not in _NOT_CONFIG_ARGUMENTS})
     with init_empty_weights():
         model = DiffusionGemmaForBlockDiffusion(cfg)
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
