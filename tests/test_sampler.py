@@ -355,9 +355,12 @@ HOST_SYNCS = {"__bool__", "item", "tolist", "__int__", "__float__", "__index__",
 @pytest.mark.parametrize("shift", [False, True])
 @pytest.mark.parametrize("settings", [Sampling(), Sampling(refresh="canvas", cache="prefix"), Sampling(cache="none")])
 def test_a_step_reads_the_device_once(tiny_denoiser, settings, shift):
-    # On a GPU every host read of a tensor stalls the launch queue; the loop reads one flag per
-    # step ("block finished?"): what a cached step recomputes is decided on the host once per
-    # block, and frames stay device tensors until a consumer reads them (this one does not).
+    # On a GPU every host read of a tensor stalls the launch queue; on this CPU the loop reads
+    # one flag per step ("block finished?"; CUDA's planned reads are tests/test_step_cost.py's):
+    # what a cached step recomputes is decided on the host once per block, and frames stay device
+    # tensors until a consumer reads them (this one does not). A pass into a new cache (the run's
+    # first, and each block's with refresh="canvas") is also checked for non-finite logits once
+    # (Denoiser._finite): such a block's first step reads twice.
     from torch.overrides import TorchFunctionMode
 
     from sharpen.core.denoiser import Denoiser
@@ -380,4 +383,5 @@ def test_a_step_reads_the_device_once(tiny_denoiser, settings, shift):
                 break
             marks.append(len(calls))
     per_step = [b - a for a, b in zip(marks, marks[1:])]
-    assert len(per_step) >= 10 and set(per_step) == {1}, (per_step, calls)
+    inside = [n for i, n in enumerate(per_step) if i % 8]  # blocks of 8 slots, a step per slot
+    assert len(per_step) >= 10 and per_step[0] == 2 and set(inside) == {1} and set(per_step) <= {1, 2}, (per_step, calls)
