@@ -255,11 +255,14 @@ def test_sdar_moe_logits_and_expert_choices_equal_transformers_qwen3_moe_block_c
 
 
 def _decode_passes(den, mode: str) -> tuple[list[int], list[dict]]:
-    """sharpen's editing loop on the golden's prompt, block and length: the result and, per model
-    step, what it committed and what it edited (absolute canvas positions, as the golden)."""
+    """sharpen's loop on the golden's prompt, block and length (mode "2.0": the block-causal loop
+    without editing; else the editing loop in that mode): the result and, per model step, what it
+    committed and what it edited (absolute canvas positions, as the golden)."""
     import dataclasses
+    from functools import partial
 
     from sharpen.core.canvas import Canvas
+    from sharpen.core.loops.block import block_denoise
     from sharpen.core.loops.editing import edit_denoise
     from sharpen.core.settings import Sampling
     from sharpen.core.spans import Span
@@ -270,7 +273,8 @@ def _decode_passes(den, mode: str) -> tuple[list[int], list[dict]]:
     canvas = Canvas(ids=tuple(prompt) + (g["mask_id"],) * length, slots=(range(len(prompt), len(prompt) + length),),
                     spans=(Span(0, 0),), window=(0, 0), mask_id=g["mask_id"])
     passes, before, final = [], None, None
-    for frame in edit_denoise(den, canvas, Sampling(temperature=0.0), ban=False, mode=mode):
+    loop = block_denoise if mode == "2.0" else partial(edit_denoise, mode=mode)
+    for frame in loop(den, canvas, Sampling(temperature=0.0), ban=False):
         ids = frame._ids.tolist()
         if before is not None and not frame.done:
             changed = [p for p in range(len(ids)) if ids[p] != before[p]]
@@ -283,6 +287,17 @@ def _decode_passes(den, mode: str) -> tuple[list[int], list[dict]]:
         before = ids
         final = frame
     return list(final.final_ids[0][0]), passes, final.edit_counts
+
+
+def test_llada20_decode_without_editing_equals_the_release_generate(llada2):
+    """--editing off: the block-causal loop with LLaDA2.0's rule (every masked token above 0.95, at
+    least one a step) writes the tokens of LLaDA2.0's own generate, step for step."""
+    den = load_denoiser(llada2["2.1"])
+    assert den.spec.block.threshold == 0.95
+    reference = GOLDEN["decode_2.0"]["modes"]["2.0"]
+    result, passes, counts = _decode_passes(den, "2.0")
+    assert result == reference["result"] and counts is None
+    assert passes == [{"committed": p["committed"], "edited": []} for p in reference["passes"]]
 
 
 @pytest.mark.parametrize("mode", ["quality", "speed"])

@@ -45,13 +45,15 @@ def _steps(canvases: list[torch.Tensor], final: torch.Tensor, mask_id: int, prom
 
 
 @torch.no_grad()
-def decode_record(model, checkpoint: Path) -> dict:
+def decode_record(model, checkpoint: Path, editing: bool = True) -> dict:
+    """The decode in both of LLaDA2.1's modes (`editing`), or LLaDA2.0's one (its generate has no
+    editing: every masked token above 0.95 commits, at least the step's share of the block)."""
     mask_id, eos_id = _special(checkpoint, "<|mask|>"), _special(checkpoint, "<|endoftext|>")
     vocab = json.loads((checkpoint / "config.json").read_text())["vocab_size"]
     prompt = torch.randint(0, mask_id - 6, (1, PROMPT_LENGTH), generator=torch.Generator().manual_seed(11))  # plain BPE ids
     record = {"prompt": prompt[0].tolist(), "block_length": BLOCK, "steps": STEPS, "gen_length": GEN_LENGTH,
               "max_post_steps": MAX_POST_STEPS, "mask_id": mask_id, "eos_id": eos_id, "vocab_size": vocab, "modes": {}}
-    for mode, (threshold, editing) in MODES.items():
+    for mode, (threshold, editing_threshold) in (MODES.items() if editing else [("2.0", (0.95, None))]):
         canvases: list[torch.Tensor] = []
 
         def keep(module, args, kwargs):
@@ -61,11 +63,11 @@ def decode_record(model, checkpoint: Path) -> dict:
         # generate() calls self.forward directly (no hooks); the inner backbone is called as a module
         handle = model.model.register_forward_pre_hook(keep, with_kwargs=True)
         try:
+            extra = dict(editing_threshold=editing_threshold, max_post_steps=MAX_POST_STEPS) if editing else {}
             result = model.generate(prompt, temperature=0.0, block_length=BLOCK, steps=STEPS, gen_length=GEN_LENGTH,
-                                    threshold=threshold, editing_threshold=editing, max_post_steps=MAX_POST_STEPS,
-                                    eos_id=eos_id, mask_id=mask_id)
+                                    threshold=threshold, eos_id=eos_id, mask_id=mask_id, **extra)
         finally:
             handle.remove()
-        record["modes"][mode] = {"threshold": threshold, "editing_threshold": editing, "result": result[0].tolist(),
+        record["modes"][mode] = {"threshold": threshold, "editing_threshold": editing_threshold, "result": result[0].tolist(),
                                  "passes": _steps(canvases, result[0], mask_id, PROMPT_LENGTH)}
     return record

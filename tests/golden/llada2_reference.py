@@ -12,10 +12,14 @@ is out of reach here), e.g.
 
 The code was written for transformers 4.5x; under 5.24 it needs these shims, applied from
 outside (the file is imported as it is):
-- `transformers.modeling_attn_mask_utils` is gone: a stand-in module whose mask helpers raise
-  (this run always passes a 4-D additive mask, which the code uses as given);
+- `transformers.modeling_attn_mask_utils` is gone: a stand-in module (this run always passes a
+  4-D additive mask: LLaDA2.1's code uses it as given; LLaDA2.0's eager path hands it to
+  `_prepare_4d_causal_attention_mask`, which the stand-in returns as given, in the activations'
+  dtype, as that file's SDPA path would; anything else raises);
 - `ROPE_INIT_FUNCTIONS["default"]` is gone: the 4.x default (inv_freq over
-  head_dim * partial_rotary_factor dimensions, attention scaling 1.0) is registered under it.
+  head_dim * partial_rotary_factor dimensions, attention scaling 1.0) is registered under it;
+- (LLaDA2.0's file) `is_torch_fx_available` and `is_torch_greater_or_equal_than_1_13` are gone:
+  False (no FX wrapping) and True.
 
 Recorded (float32, CPU): for a fixed id sequence, under a full mask and a block-causal mask
 (blocks of 4), the logits at every position and every MoE layer's chosen experts per token
@@ -44,7 +48,11 @@ from moe_checkpoints import write_llada2  # noqa: E402
 
 REPOSITORY = "ZHZisZZ/dllm"
 COMMIT = "62ebe4f3df3792d978204a724f0b1c2188c1d7fe"
-FILES = ("modeling_llada21_moe.py", "configuration_llada21_moe.py")
+# LLaDA2.1's code (dllm/pipelines/llada21/models/) and LLaDA2.0's (dllm/pipelines/llada2/models/):
+# the same forward, their own `generate` (2.0: no editing).
+VERSIONS = {"2.1": ("llada21", "modeling_llada21_moe", "configuration_llada21_moe"),
+            "2.0": ("llada2", "modeling_llada2_moe", "configuration_llada2_moe")}
+FILES = tuple(f"{name}.py" for _, *names in VERSIONS.values() for name in names)
 SEQUENCE_LENGTH = 12
 BLOCK = 4
 
@@ -54,9 +62,16 @@ def install_shims() -> None:
     def _unused(*args, **kwargs):
         raise NotImplementedError("shim: the golden run always passes a 4-D mask")
 
+    def as_given(mask, input_shape, inputs_embeds, past_length, *args, **kwargs):
+        # LLaDA2.0's eager path sends generate()'s additive 4-D block mask here: used as given, in the
+        # activations' dtype, as its SDPA path and LLaDA2.1's code use it
+        if mask is None or mask.dim() != 4:
+            return _unused()
+        return mask.to(inputs_embeds.dtype)
+
     masks = types.ModuleType("transformers.modeling_attn_mask_utils")
     masks._prepare_4d_causal_attention_mask_for_sdpa = _unused
-    masks._prepare_4d_causal_attention_mask = _unused
+    masks._prepare_4d_causal_attention_mask = as_given
     sys.modules["transformers.modeling_attn_mask_utils"] = masks
 
     from transformers import modeling_rope_utils
@@ -69,18 +84,29 @@ def install_shims() -> None:
 
     modeling_rope_utils.ROPE_INIT_FUNCTIONS.setdefault("default", default_rope)
 
+    # LLaDA2.0's file also imports two version probes transformers 5 dropped (torch >= 1.13 is a given).
+    from transformers import pytorch_utils
+    from transformers.utils import import_utils
 
-def load_reference(reference: Path, checkpoint: Path):
-    """The reference model class on the tiny checkpoint, float32, eval, strict state dict."""
-    package = Path(tempfile.mkdtemp()) / "llada2_reference_code"
-    package.mkdir()
+    if not hasattr(import_utils, "is_torch_fx_available"):
+        import_utils.is_torch_fx_available = lambda: False
+    if not hasattr(pytorch_utils, "is_torch_greater_or_equal_than_1_13"):
+        pytorch_utils.is_torch_greater_or_equal_than_1_13 = True
+
+
+def load_reference(reference: Path, checkpoint: Path, version: str = "2.1"):
+    """The reference model class of `version` on the tiny checkpoint, float32, eval, strict state dict."""
+    package = Path(tempfile.gettempdir()) / "llada2_reference_code"
+    package.mkdir(exist_ok=True)
     (package / "__init__.py").write_text("")
     for name in FILES:
         shutil.copy(reference / name, package / name)
-    sys.path.insert(0, str(package.parent))
+    if str(package.parent) not in sys.path:
+        sys.path.insert(0, str(package.parent))
     install_shims()
-    modeling = importlib.import_module("llada2_reference_code.modeling_llada21_moe")
-    configuration = importlib.import_module("llada2_reference_code.configuration_llada21_moe")
+    _, modeling_name, configuration_name = VERSIONS[version]
+    modeling = importlib.import_module(f"llada2_reference_code.{modeling_name}")
+    configuration = importlib.import_module(f"llada2_reference_code.{configuration_name}")
     raw = json.loads((checkpoint / "config.json").read_text())
     config = configuration.LLaDA2MoeConfig(**{k: v for k, v in raw.items() if k not in ("model_type", "auto_map", "architectures")})
     # eager attention: generate() builds its block mask in bfloat16, which SDPA refuses beside float32
@@ -128,10 +154,12 @@ def main() -> None:
         vocab = json.loads((checkpoint / "config.json").read_text())["vocab_size"]
         ids = torch.randint(0, vocab, (1, SEQUENCE_LENGTH), generator=torch.Generator().manual_seed(7))
         record = {
-            "reference": {"repository": REPOSITORY, "commit": COMMIT, "files": [f"dllm/pipelines/llada21/models/{f}" for f in FILES],
+            "reference": {"repository": REPOSITORY, "commit": COMMIT,
+                          "files": [f"dllm/pipelines/{d}/models/{n}.py" for d, *names in VERSIONS.values() for n in names],
                           "sha256": {f: hashlib.sha256((args.reference / f).read_bytes()).hexdigest() for f in FILES},
-                          "shims": ["transformers.modeling_attn_mask_utils stand-in (4-D masks only)",
-                                    "ROPE_INIT_FUNCTIONS['default'] = transformers 4.x default rope"]},
+                          "shims": ["transformers.modeling_attn_mask_utils stand-in (4-D additive masks, used as given)",
+                                    "ROPE_INIT_FUNCTIONS['default'] = transformers 4.x default rope",
+                                    "is_torch_fx_available = False, is_torch_greater_or_equal_than_1_13 = True (2.0's file)"]},
             "checkpoint": "tests/moe_checkpoints.py write_llada2(version='2.1', head_scale=3.0), its other defaults",
             "ids": ids[0].tolist(),
             "full": forward_record(model, ids, None),
@@ -140,6 +168,8 @@ def main() -> None:
         from llada2_decode import decode_record  # noqa: E402  (tests/golden/, beside this script)
 
         record["decode"] = decode_record(model, checkpoint)
+        _, model_20 = load_reference(args.reference, checkpoint, "2.0")
+        record["decode_2.0"] = decode_record(model_20, checkpoint, editing=False)
     args.out.write_text(json.dumps(record, separators=(",", ":")) + "\n")
     print(f"wrote {args.out} ({args.out.stat().st_size} bytes)")
 
