@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
 from hypothesis import HealthCheck, given, settings, strategies as st
 from textual.document._document import Document
 from textual.document._wrapped_document import WrappedDocument
@@ -60,7 +61,7 @@ def check_tables(app, editor) -> None:
     document = editor.document
     lines = list(document.lines)
     assert document.text == document.newline.join(lines)
-    widest = max((len(line.expandtabs(editor.indent_width)) for line in lines), default=0)
+    widest = max((cell_len(line.expandtabs(editor.indent_width)) for line in lines), default=0)  # as Textual's Document measures
     assert document.get_size(editor.indent_width) == (widest, len(lines))
     if hasattr(document, "_source"):  # the syntax document's bytes and tree equal a fresh parse
         source = (document.newline.join(lines) + document.newline).encode("utf-8", "surrogatepass")
