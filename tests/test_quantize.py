@@ -175,3 +175,18 @@ def test_experts_int4_on_the_cpu_is_one_line():
     with pytest.raises(UsageError, match="int4 for DiffusionGemma needs a CUDA GPU"):
         quantize_experts_model(nn.Sequential(nn.Linear(4, 4)), "int4")
     assert issubclass(UsageError, Exception) and not issubclass(UsageError, ModelError)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_quantized_linears_compile_whole(kind):
+    """int8 on CUDA relies on torch.compile to fuse its dequantization: the layers must trace as
+    one graph (checked here through aot_eager, which runs everywhere)."""
+    import torch._dynamo
+
+    torch.manual_seed(0)
+    m = quantize_backbone(nn.Sequential(nn.Linear(256, 128, bias=True), nn.SiLU(), nn.Linear(128, 256)), kind)
+    x = torch.randn(2, 8, 256)
+    explained = torch._dynamo.explain(m)(x)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(m, backend="aot_eager", fullgraph=True)(x), m(x))
