@@ -146,10 +146,10 @@ def advice(cfg: ModelConfig, machine: Machine, context_tokens: int = 1024) -> st
         if verdict(footprint(cfg, precision, context_tokens).total, machine.best_gpu_free) != "does not fit":
             flag = "--dtype bfloat16" if precision == "bfloat16" else f"--quantize {precision}"
             return f"on the GPU with {flag}"
-    for precision in ("float32", "int8"):
+    for precision in ("float32", "int8", "int4"):  # bfloat16 is slow on CPUs; int4 runs there too (core/quantize.py)
         need = footprint(cfg, precision, context_tokens).total
         if verdict(need, machine.ram_available) != "does not fit":
-            flag = "" if precision == "float32" else " --quantize int8"
+            flag = "" if precision == "float32" else f" --quantize {precision}"
             slowly = ", slowly" if need > 2**31 else ""  # a step reads every weight: GiBs on a CPU take seconds
             return f"on the CPU (--device cpu{flag}){slowly}"
     if machine.gpus:

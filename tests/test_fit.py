@@ -28,6 +28,8 @@ def test_verdicts_and_advice():
     _, llada = KNOWN_RELEASES["LLaDA-8B-Instruct"]
     assert "--quantize int8" in advice(llada, Machine((("RTX 3060", 11 * GiB, 12 * GiB),), 16 * GiB))
     assert "--quantize int4" in advice(llada, Machine((("RTX 3050", 7 * GiB, 8 * GiB),), 16 * GiB))
+    # no GPU, 7 GiB of RAM: int8 (8 GiB) does not fit, int4 (under 6 GiB) does, on the CPU
+    assert advice(llada, Machine((), 7 * GiB)) == "on the CPU (--device cpu --quantize int4), slowly"
     assert "--dtype bfloat16" in advice(llada, Machine((("RTX 4090", 23 * GiB, 24 * GiB),), 64 * GiB))
     assert "nowhere" in advice(llada, Machine((), 4 * GiB))
 
