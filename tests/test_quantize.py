@@ -190,3 +190,18 @@ def test_quantized_linears_compile_whole(kind):
     assert explained.graph_count == 1 and explained.graph_break_count == 0
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(m, backend="aot_eager", fullgraph=True)(x), m(x))
+
+
+@pytest.mark.parametrize("name", ["LLaDA-8B-Instruct", "Dream-Coder-v0-Instruct-7B", "Open-dCoder-0.5B"])
+def test_the_fit_check_sizes_what_the_loader_builds_on_a_gpu(name):
+    """memory_fit's int8/int4 weights (the fit check, `sharpen doctor`) against the bytes the
+    loader's quantized layers take for the release's shapes on CUDA (built on the meta device)."""
+    from accelerate.utils import compute_module_sizes
+
+    from sharpen.core.memory_fit import KNOWN_RELEASES, footprint
+    from sharpen.core.placement import meta_backbone
+
+    _, cfg = KNOWN_RELEASES[name]
+    for kind in ("int8", "int4"):
+        built = compute_module_sizes(meta_backbone(cfg, kind, torch.device("cuda")), dtype=torch.bfloat16)[""]
+        assert abs(footprint(cfg, kind).weights - built) < 0.01 * built, (kind, footprint(cfg, kind).weights, built)
