@@ -45,8 +45,9 @@ def assemble(model: Transformer, shards: Shards, source: dict[str, str], dtype: 
         if param.is_meta:
             module = name.rsplit(".", 1)[0]
             _set(model, name, _read(shards, source[name], dtype, where(module)))
-    if tied and quantize is None and model.packed_output is None:
-        model.output.weight = model.embed.weight  # the head reads the embedding's matrix
+    if tied and isinstance(model.output, nn.Linear) and model.packed_output is None:
+        # The head reads the embedding's matrix (a float head: unquantized, or a shape int4 does not take).
+        model.output.weight = model.embed.weight
 
 
 def _set(model: nn.Module, name: str, tensor: torch.Tensor) -> None:

@@ -89,10 +89,16 @@ def test_quantized_checkpoint_logits_stay_close_to_float(dim128, kind, bound):
     assert (ref.argmax(-1) == got.argmax(-1)).float().mean() > (0.9 if kind == "int8" else 0.6)
 
 
-def test_int4_skips_linears_whose_shape_the_kernels_do_not_take(tiny_model_dir):
-    model = load_denoiser(tiny_model_dir, quantize="int4").model  # dim 64: no whole group of 128 inputs anywhere
-    assert all(type(m) is nn.Linear and m.weight.dtype == torch.float32 for m in _linears(model))
-    assert not model.layers[0].attn.wq.weight.is_meta
+@pytest.mark.parametrize("tied", [False, True])
+def test_int4_skips_linears_whose_shape_the_kernels_do_not_take(tiny_model_dir, tmp_path, tied):
+    path = write_tiny_sharpen(tmp_path / "tied", tie_embeddings=True) if tied else tiny_model_dir
+    den = load_denoiser(path, quantize="int4")  # dim 64: no whole group of 128 inputs anywhere
+    model = den.model
+    assert all(type(m) is nn.Linear and m.weight.dtype == torch.float32 and not m.weight.is_meta for m in _linears(model))
+    if tied:  # a float head stays tied to the embedding
+        assert model.output.weight is model.embed.weight
+    ids = torch.randint(3, 300, (1, 10))
+    assert torch.equal(den.logits(ids), load_denoiser(path).logits(ids))  # nothing quantized: the float model
 
 
 def test_quantized_with_a_device_map_is_quantized_and_offloads(dim128):
