@@ -115,7 +115,9 @@ class _Entry:
 class DerivedShards:
     """A checkpoint's shards (core/shards.py Shards) with derived tensors added, read by rows like
     stored ones: `entries`, `shapes`, `rows`, `read`, `chunks` as Shards has them. Rows of a
-    derived tensor are copied from its parts' rows into a buffer of their own."""
+    derived tensor are copied from its parts' rows into one reused buffer (valid until the next
+    read, as Shards' own): a fresh allocation per chunk would leave the allocator's heap
+    fragmented under the model being built, and the process's memory above it."""
 
     def __init__(self, shards, derived: dict[str, Derived]) -> None:
         self.shards = shards
@@ -128,6 +130,7 @@ class DerivedShards:
             else:
                 self.entries[name] = shards.entries[name]
         self.chunk_bytes = shards.chunk_bytes
+        self._buffer: torch.Tensor | None = None  # uint8, reused by every derived read
 
     def close(self) -> None:
         self.shards.close()
@@ -146,7 +149,11 @@ class DerivedShards:
         if name not in self.derived:
             return self.shards.rows(name, start, stop)
         d, entry = self.derived[name], self.entries[name]
-        out = torch.empty((stop - start, *d.shape[1:]), dtype=entry.dtype)
+        shape = (stop - start, *d.shape[1:])
+        nbytes = math.prod(shape) * entry.dtype.itemsize
+        if self._buffer is None or self._buffer.numel() < nbytes:
+            self._buffer = torch.empty(max(nbytes, self.chunk_bytes), dtype=torch.uint8)
+        out = self._buffer[:nbytes].view(entry.dtype).view(shape)
         flat = out.view(-1, d.shape[-1]) if len(d.shape) > 1 else out
         want_from, want_to = start * d.unit, stop * d.unit  # concatenated rows wanted
         row = 0  # concatenated row where the current part begins
