@@ -243,9 +243,11 @@ def quantize_experts_model(model: nn.Module, kind: str) -> nn.Module:
     "eager"`): torchao's tensors slice per expert, but do not implement the transpose that the
     grouped-matmul path takes. The embedding stays in its dtype. int4 here is torchao's
     tile-packed layout: CUDA only."""
-    device = next(model.parameters()).device
-    if kind == "int4" and device.type != "cuda":
+    first = next(model.parameters())
+    if kind == "int4" and first.device.type != "cuda":
         raise UsageError("--quantize int4 for DiffusionGemma needs a CUDA GPU (torchao's tile-packed int4); on the CPU use --quantize int8")
+    if kind == "int4" and first.dtype != torch.bfloat16:  # torchao asserts it (an AssertionError would be an internal error)
+        raise UsageError(f"--quantize int4 for DiffusionGemma needs --dtype bfloat16 (the model is {str(first.dtype).removeprefix('torch.')})")
     ao, config = _torchao(), _weight_only(kind)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torchao's deprecation note on "_default" is not the user's to read
