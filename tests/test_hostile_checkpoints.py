@@ -412,3 +412,15 @@ def test_declared_end_ids_outside_the_vocabulary_are_refused(cli, tmp_path):
     edit_json(generation, lambda g: g.update(eos_token_id=[g["eos_token_id"], 10**19]))
     code, line = cli(model)
     assert code == 4 and "end token id 10000000000000000000 is outside the vocabulary" in line, line
+
+
+def test_a_chat_template_list_of_strings_is_no_template(cli, tmp_path):
+    """tokenizer_config.json's chat_template may be a list of {name, template}; a list of anything else
+    was an AttributeError (internal error). It is no usable template: an instruction is a usage error."""
+    from family_checkpoints import write_llada
+
+    model = write_llada(tmp_path / "llada", instruct=True)
+    edit_json(model / "tokenizer_config.json", lambda t: t.update(chat_template=["x"]))
+    (model / "chat_template.jinja").unlink(missing_ok=True)
+    code, line = cli(model, "--mode", "rewrite", "--instruction", "shorter")
+    assert code == 2 and "needs an instruct checkpoint with a chat template" in line, line

@@ -69,7 +69,7 @@ def chat_template(config: dict) -> str | None:
     tok_cfg = config.get(TOKENIZER_CONFIG_KEY) or {}
     template = tok_cfg.get("chat_template")
     if isinstance(template, list):  # several named templates: use the default one
-        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"), None)
     if not isinstance(template, str) or not template.strip():
         return None
     bindings = []
