@@ -9,7 +9,9 @@ what the link reaches must be a regular file.
 
 The check happens on the open descriptor (opened with O_NONBLOCK, so a FIFO cannot block
 the open itself), so a file swapped between the check and the read is still caught. Where a
-library opens a file itself (safetensors, transformers), `checked_path` checks it first.
+library opens a file itself (tokenizers' vocab.json and merges.txt), `checked_path` checks it
+first; where transformers opens a whole directory (DiffusionGemma, remote code),
+`check_directory` checks every entry. Safetensors headers are read and checked here too.
 JSON is parsed with NaN, Infinity and overflowing numbers refused, and nesting too deep for
 the parser is one line, not a RecursionError.
 
@@ -49,7 +51,8 @@ def _check_stat(info: os.stat_result, file: Path, limit: int | None, error: type
     if stat.S_ISDIR(info.st_mode):
         raise error(f"{file} is a directory, not a file")
     if not stat.S_ISREG(info.st_mode):
-        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "a socket or other special file"
+        device = stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if device else "a socket or other special file"
         raise error(f"{file} is {kind}, not a regular file; refusing to read it")
     if limit is not None and info.st_size > limit:
         raise error(f"{file} is too large ({info.st_size:,} bytes; at most {limit:,})")
