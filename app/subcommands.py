@@ -126,7 +126,7 @@ def fit_report(entries, machine=None, context_tokens: int = 1024) -> str:
         rows.append((name, *cells, memory_fit.advice(cfg, machine, context_tokens)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
-    where = "on the best GPU" if machine.gpus else "in RAM (int4 needs CUDA)"
+    where = "on the best GPU" if machine.gpus else "in RAM"
     return "\n".join(lines) + f"\n  (each cell: memory needed, and whether it fits {where}: ok / tight / does not fit)\n"
 
 
