@@ -305,7 +305,7 @@ async def test_in_a_long_file_the_layer_holds_the_rows_around_the_view(tmp_path,
         shown = run.result.spans[0].alternatives[0]
         assert preview.document.lines[row - first] == (editor.document.lines[row] + shown).split("\n")[0]
         assert ghost_rows(pane)[0] == row - first
-        assert preview.scroll_y == editor.scroll_y - first  # drawn where the editor shows that line
+        assert preview.scroll_y == editor.scroll_y - first, (preview.scroll_y, editor.scroll_y, first)  # drawn where the editor shows that line
         await pilot.click(preview.__class__, offset=(10, 3))  # a click on the layer: the ghost goes
         assert ghost.state is None and not preview.display
 

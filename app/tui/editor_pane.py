@@ -583,6 +583,8 @@ class EditorPane(Container):
         if preview.theme != self.editor.theme:
             preview.theme = self.editor.theme
         preview.show_layout(layout, self.editor.scroll_x, self.editor.scroll_y - first, same_run=same_run)
+        if not same_run:  # a new text's height is known only once laid out: a scroll before it stops at 0
+            self.call_after_refresh(self._follow_scroll)
 
     def _follow_scroll(self) -> None:
         if self.phase != IDLE or self.ghost.active:
