@@ -65,7 +65,8 @@ def weight_files(path: Path) -> list[Path]:
         files = [untrusted.inside_name(path, name) for name in sorted(set(weight_map.values()))]
         missing = [f.name for f in files if not f.exists()]
         if missing:
-            raise ModelError(f"shard index {index.name} lists missing files: {', '.join(missing)}")
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""  # an index may name thousands
+            raise ModelError(f"shard index {index.name} lists missing files: {', '.join(missing[:3])}{more}")
     else:
         files = sorted(path.glob("*.safetensors"))
         if not files:

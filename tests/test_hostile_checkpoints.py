@@ -424,3 +424,10 @@ def test_a_chat_template_list_of_strings_is_no_template(cli, tmp_path):
     (model / "chat_template.jinja").unlink(missing_ok=True)
     code, line = cli(model, "--mode", "rewrite", "--instruction", "shorter")
     assert code == 2 and "needs an instruct checkpoint with a chat template" in line, line
+
+
+def test_an_index_naming_thousands_of_missing_shards_is_a_short_line(cli, tiny_model_dir, tmp_path):
+    model = copy(tiny_model_dir, tmp_path)
+    (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {f"t{i}": f"shard-{i:05d}.safetensors" for i in range(5000)}}))
+    code, line = cli(model)
+    assert code == 4 and line.endswith("shard-00000.safetensors, shard-00001.safetensors, shard-00002.safetensors and 4997 more"), line
