@@ -103,7 +103,9 @@ class Int8Linear(QuantizedLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x2 = x.reshape(-1, self.in_features)  # [M, K]
-        if x2.device.type == "cpu" and x2.shape[0] <= CPU_KERNEL_ROWS:
+        # The CPU kernel in bfloat16 crashes the process (SIGSEGV, torch 2.13) when K is not a multiple
+        # of 16 (an SDAR-MoE-shaped expert of width 24 did): such layers take the float32 path.
+        if x2.device.type == "cpu" and x2.shape[0] <= CPU_KERNEL_ROWS and self.in_features % 16 == 0:
             y = torch._weight_int8pack_mm(x2.to(torch.bfloat16).contiguous(), self.weight, self.scale.to(torch.bfloat16))  # [M, N]
         else:  # CUDA: one fused kernel under torch.compile, a dequantized copy per call in eager mode
             y = F.linear(x2, self.weight.to(x2.dtype)) * self.scale.to(x2.dtype)

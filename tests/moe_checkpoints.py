@@ -169,6 +169,7 @@ def write_llada2(out: Path, *, version: str = "2.0", seed: int = 31, shards: int
     _write_json(out / "special_tokens_map.json", {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"})
     _write_json(out / "generation_config.json", {"bos_token_id": ids["<|startoftext|>"], "eos_token_id": ids["<|endoftext|>"],
                                                  "pad_token_id": ids["<|endoftext|>"], "transformers_version": "4.52.3"})
+    (out / "README.md").write_text("# LLaDA2 (tiny random test checkpoint in the release's layout)\n")
     for name in ("configuration_llada2_moe.py", "modeling_llada2_moe.py"):  # in the release; sharpen never runs them
         (out / name).write_text(f"# {name}: stands in for the release's remote code; sharpen loads this family natively\n")
     write_sharded(out, llada2_state(config, seed, head_scale), shards, dtype)
@@ -247,6 +248,7 @@ def write_sdar_moe(out: Path, *, seed: int = 30, shards: int = 2, dtype: torch.d
     model = json.loads((out / "tokenizer.json").read_text())["model"]
     _write_json(out / "vocab.json", model["vocab"])
     (out / "merges.txt").write_text("#version: 0.2\n" + "\n".join(m if isinstance(m, str) else " ".join(m) for m in model["merges"]) + "\n")
+    (out / "README.md").write_text("# SDAR-30B-A3B-Chat (tiny random test checkpoint in the release's layout)\n")
     for name in ("configuration_sdar_moe.py", "modeling_sdar_moe.py", "tokenization_qwen2.py", "tokenization_qwen2_fast.py",
                  "fused_linear_diffusion_cross_entropy.py"):  # in the release; sharpen never runs them
         (out / name).write_text(f"# {name}: stands in for the release's remote code; sharpen loads this family natively\n")

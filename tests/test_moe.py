@@ -500,3 +500,15 @@ def test_llada2_with_the_release_ids_and_vocabulary(tmp_path):
     result = apply_edit(den, TEXT, [Span(start, start + len("return a + b"))])
     assert result.text.startswith(TEXT[:start]) and result.text.endswith(TEXT[start + len("return a + b"):])
     assert result.spans[0].commits and result.spans[0].edits is not None
+
+
+def test_sdar_moe_int8_experts_of_an_odd_width_run(tmp_path):
+    """SDAR-MoE's tiny experts are 24 wide: torch's bfloat16 int8 CPU kernel crashes the process
+    when K is not a multiple of 16, so such layers take the float32 path (core/quantize.py)."""
+    from moe_checkpoints import write_sdar_moe
+
+    den = load_denoiser(write_sdar_moe(tmp_path / "sdar-moe"), quantize="int8")
+    assert den.model.layers[0].ffn.quantized.down[0].in_features == 24
+    with torch.inference_mode():
+        logits = den.model(torch.randint(0, 300, (1, 9), generator=torch.Generator().manual_seed(3)))
+    assert torch.isfinite(logits).all()
