@@ -121,7 +121,10 @@ def fit_report(entries, machine=None, context_tokens: int = 1024) -> str:
         for precision, need, on_gpu, on_cpu in memory_fit.fit_table(cfg, machine, context_tokens):
             where = on_gpu if machine.gpus else on_cpu
             cells.append(f"{human(need.total)} {'ok' if where == 'fits' else where}")
-        if cfg.moe is not None:  # memory is the total size; a step's speed follows the active one
+        if isinstance(cfg, memory_fit.WeightsOnly):  # not sharpen's backbone: weights alone, a floor
+            active = f", {cfg.active / 1e9:.1f}B active" if cfg.active else ""
+            name = f"{name} ({cfg.params / 1e9:.1f}B{active}; weights only)"
+        elif cfg.moe is not None:  # memory is the total size; a step's speed follows the active one
             name = f"{name} ({sum(memory_fit.parameter_split(cfg)) / 1e9:.1f}B, {memory_fit.active_parameters(cfg) / 1e9:.1f}B active)"
         rows.append((name, *cells, memory_fit.advice(cfg, machine, context_tokens)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
@@ -206,8 +209,11 @@ def doctor(argv: list[str]) -> int:
                 missing.append(f"the model {info.note}")
     from ..core.memory_fit import KNOWN_RELEASES
 
-    native = info is not None and not info.problem and info.family != "diffusion_gemma"  # the fit table sizes sharpen's backbone
-    entries = ([(info.name, _backbone_config(info.path))] if native else [])
+    from ..core.memory_fit import WeightsOnly
+
+    entries = []
+    if info is not None and not info.problem:  # --model itself first: sharpen's backbone, or its weights alone (DiffusionGemma)
+        entries.append((info.name, WeightsOnly(info.params) if info.family == "diffusion_gemma" else _backbone_config(info.path)))
     entries += [(f"{name} (release)", cfg) for name, (_, cfg) in KNOWN_RELEASES.items()]
     say(fit_report(entries).rstrip("\n"))
     say("missing:" if missing else "nothing missing")

@@ -68,7 +68,20 @@ def active_parameters(cfg: ModelConfig) -> int:
     return embed + linear - idle
 
 
-def footprint(cfg: ModelConfig, precision: str, context_tokens: int = 1024) -> Footprint:
+@dataclass(frozen=True)
+class WeightsOnly:
+    """A model sharpen does not build in its own backbone (DiffusionGemma runs through transformers'
+    class), sized by its parameter count alone: every parameter quantizes and the cache is not
+    counted, so its cells are a floor, not a budget."""
+
+    params: int
+    active: int | None = None  # a mixture of experts' parameters per token
+
+
+def footprint(cfg: ModelConfig | WeightsOnly, precision: str, context_tokens: int = 1024) -> Footprint:
+    if isinstance(cfg, WeightsOnly):
+        scales = {"int8": cfg.params / 4096 * 2, "int4": cfg.params / INT4_GROUP * 4}.get(precision, 0)
+        return Footprint(precision, int(cfg.params * BYTES[precision] + scales), 0)
     embed, linear = parameter_split(cfg)
     if precision in ("int8", "int4"):
         scales = linear / (cfg.dim if precision == "int8" else INT4_GROUP) * (2 if precision == "int8" else 4)
@@ -136,6 +149,8 @@ def fit_table(cfg: ModelConfig, machine: Machine, context_tokens: int = 1024) ->
         need = footprint(cfg, precision, context_tokens)
         gpu = verdict(need.total, machine.best_gpu_free) if machine.gpus else "no GPU"
         cpu = verdict(need.total, machine.ram_available)
+        if precision == "int4" and isinstance(cfg, WeightsOnly):
+            cpu = "GPU only"  # DiffusionGemma's int4 experts are torchao's tile-packed CUDA layout
         rows.append((precision, need, gpu, cpu))
     return rows
 
@@ -146,7 +161,10 @@ def advice(cfg: ModelConfig, machine: Machine, context_tokens: int = 1024) -> st
         if verdict(footprint(cfg, precision, context_tokens).total, machine.best_gpu_free) != "does not fit":
             flag = "--dtype bfloat16" if precision == "bfloat16" else f"--quantize {precision}"
             return f"on the GPU with {flag}"
-    for precision in ("float32", "int8", "int4"):  # bfloat16 is slow on CPUs; int4 runs there too (core/quantize.py)
+    # bfloat16 is slow on CPUs; int4 runs there too (core/quantize.py), but not DiffusionGemma's
+    # (torchao's tile-packed layout is a CUDA kernel).
+    on_cpu = ("float32", "int8") if isinstance(cfg, WeightsOnly) else ("float32", "int8", "int4")
+    for precision in on_cpu:
         need = footprint(cfg, precision, context_tokens).total
         if verdict(need, machine.ram_available) != "does not fit":
             flag = "" if precision == "float32" else f" --quantize {precision}"
@@ -166,8 +184,14 @@ def _llada2(dim: int, n_layers: int, n_heads: int, ffn_hidden: int, expert_hidde
                        rope_theta=600000.0, max_seq_len=32768, qk_norm=True, rotary_dim=64, moe=moe)
 
 
+def _qwen3(dim: int, n_layers: int, n_heads: int, ffn_hidden: int, tie_embeddings: bool) -> ModelConfig:
+    """SDAR's Qwen3 backbone: 8 kv heads of 128 with q/k norms, vocabulary 151,936."""
+    return ModelConfig(vocab_size=151936, dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=8, head_dim=128, ffn_hidden=ffn_hidden,
+                       qk_norm=True, rope_theta=1000000.0, tie_embeddings=tie_embeddings, max_seq_len=32768)
+
+
 # The releases sharpen knows, with their backbone dimensions from their config.json files.
-KNOWN_RELEASES: dict[str, tuple[str, ModelConfig]] = {
+KNOWN_RELEASES: dict[str, tuple[str, ModelConfig | WeightsOnly]] = {
     # name: (hub repo id, backbone dimensions)
     "LLaDA-8B-Instruct": ("GSAI-ML/LLaDA-8B-Instruct", ModelConfig(vocab_size=126464, dim=4096, n_layers=32, n_heads=32, n_kv_heads=32, ffn_hidden=12288, max_seq_len=4096)),
     "LLaDA-1.5": ("GSAI-ML/LLaDA-1.5", ModelConfig(vocab_size=126464, dim=4096, n_layers=32, n_heads=32, n_kv_heads=32, ffn_hidden=12288, max_seq_len=4096)),
@@ -175,6 +199,18 @@ KNOWN_RELEASES: dict[str, tuple[str, ModelConfig]] = {
     "Dream-Coder-v0-Instruct-7B": ("Dream-org/Dream-Coder-v0-Instruct-7B", ModelConfig(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, ffn_hidden=18944, qkv_bias=True, max_seq_len=32768)),
     "DiffuCoder-7B-Instruct": ("apple/DiffuCoder-7B-Instruct", ModelConfig(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, ffn_hidden=18944, qkv_bias=True, max_seq_len=32768)),
     "Open-dCoder-0.5B": ("fredzzp/open-dcoder-0.5B", ModelConfig(vocab_size=151936, dim=896, n_layers=24, n_heads=14, n_kv_heads=2, ffn_hidden=4864, qkv_bias=True, tie_embeddings=True, max_seq_len=32768)),
+    # Block diffusion, dense (Qwen3 / Llama / Qwen2.5 backbones; their config.json files).
+    "SDAR-1.7B-Chat": ("JetLM/SDAR-1.7B-Chat", _qwen3(dim=2048, n_layers=28, n_heads=16, ffn_hidden=6144, tie_embeddings=True)),
+    "SDAR-4B-Chat": ("JetLM/SDAR-4B-Chat", _qwen3(dim=2560, n_layers=36, n_heads=32, ffn_hidden=9728, tie_embeddings=True)),
+    "SDAR-8B-Chat": ("JetLM/SDAR-8B-Chat", _qwen3(dim=4096, n_layers=36, n_heads=32, ffn_hidden=12288, tie_embeddings=False)),
+    "Stable-DiffCoder-8B-Instruct": ("ByteDance-Seed/Stable-DiffCoder-8B-Instruct", ModelConfig(
+        vocab_size=155136, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_hidden=14336, rope_theta=500000.0, max_seq_len=32768)),
+    "Fast_dLLM_v2_1.5B": ("Efficient-Large-Model/Fast_dLLM_v2_1.5B", ModelConfig(
+        vocab_size=151936, dim=1536, n_layers=28, n_heads=12, n_kv_heads=2, ffn_hidden=8960, qkv_bias=True, tie_embeddings=True, max_seq_len=32768)),
+    "Fast_dLLM_v2_7B": ("Efficient-Large-Model/Fast_dLLM_v2_7B", ModelConfig(
+        vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, ffn_hidden=18944, qkv_bias=True, max_seq_len=32768)),
+    # Random-token diffusion through transformers' class: its published size only (26B total, about 4B active).
+    "DiffusionGemma-26B-A4B-it": ("google/diffusiongemma-26B-A4B-it", WeightsOnly(params=26_000_000_000, active=4_000_000_000)),
     # Mixtures of experts: memory is their total size, a step's reads nearer their active one (active_parameters).
     "LLaDA2.0-mini": ("inclusionAI/LLaDA2.0-mini", _llada2(dim=2048, n_layers=20, n_heads=16, ffn_hidden=5120, expert_hidden=512)),
     "LLaDA2.1-mini": ("inclusionAI/LLaDA2.1-mini", _llada2(dim=2048, n_layers=20, n_heads=16, ffn_hidden=5120, expert_hidden=512)),

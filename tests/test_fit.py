@@ -71,3 +71,33 @@ def test_int8_quantized_model_is_smaller_and_close(tiny_model_dir):
     assert (reference.argmax(-1) == quantized.argmax(-1)).float().mean() > 0.9
     linear = sum(m.weight.numel() for m in full.model.modules() if isinstance(m, torch.nn.Linear))
     assert weight_bytes(small.model) < weight_bytes(full.model) - 2.5 * linear  # 4 bytes -> 1 byte per linear weight
+
+
+def test_doctor_sizes_every_release_and_the_model_it_was_given(tiny_model_dir):
+    """The fit table names the block-diffusion releases and DiffusionGemma (by its weights, a
+    floor), and --model DIR itself comes first."""
+    from sharpen.app.subcommands import fit_report
+    from sharpen.core.memory_fit import KNOWN_RELEASES, Machine, WeightsOnly, footprint
+
+    for name in ("SDAR-1.7B-Chat", "SDAR-8B-Chat", "Stable-DiffCoder-8B-Instruct", "Fast_dLLM_v2_7B", "DiffusionGemma-26B-A4B-it"):
+        assert name in KNOWN_RELEASES
+    gemma = KNOWN_RELEASES["DiffusionGemma-26B-A4B-it"][1]
+    assert isinstance(gemma, WeightsOnly) and footprint(gemma, "bfloat16").total == 52_000_000_000
+    machine = Machine(gpus=(), ram_available=64 * 2**30)
+    report = fit_report([("mine", WeightsOnly(10**9)), ("DiffusionGemma-26B-A4B-it", gemma)], machine)
+    assert "mine (1.0B; weights only)" in report
+    gemma_row = next(line for line in report.splitlines() if "DiffusionGemma" in line)
+    assert "GPU only" in gemma_row and gemma_row.rstrip().endswith("on the CPU (--device cpu --quantize int8), slowly")
+
+
+def test_doctor_lists_a_diffusion_gemma_model_dir_in_the_fit_table(tmp_path, capsys):
+    from gemma_checkpoint import write_diffusion_gemma
+
+    from sharpen.app.subcommands import doctor
+
+    path = tmp_path / "gemma"
+    write_diffusion_gemma(path)
+    doctor(["--model", str(path)])
+    out = capsys.readouterr().out
+    table = out[out.index("memory at"):]
+    assert f"{path.name} (" in table.splitlines()[2] and "weights only" in table.splitlines()[2]
