@@ -119,6 +119,8 @@ def clip_lines(text: str, budget: int, tokenizer: Tokenizer, keep_end: bool) -> 
     kept: list[str] = []
     used = 0
     for line in reversed(lines) if keep_end else lines:
+        if tokenizer.fewest_tokens(line) > budget - used:
+            break  # cannot fit: never encode it (a 50 MB line would take gigabytes to find that out)
         used += len(tokenizer.encode(line))
         if used > budget:
             break

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from .canvas import Canvas, infill_slots
+from .canvas import Canvas, encode_selection, infill_slots
 from .denoiser import ModelSpec
 from .errors import SpanError, UsageError
 from .instruct import clip_lines, render_chat, user_message
@@ -63,8 +63,9 @@ def prompt_canvas(text: str, span: Span, tokenizer: Tokenizer, spec: ModelSpec, 
                   max_len: int, seed: int = 0) -> Canvas:
     """One span's prompt followed by its slots (all masked for an infill; a rewrite's own tokens
     with a `strength` share masked), the context halved until it fits `max_len`."""
-    draft = tokenizer.encode(text[span.start:span.end]) if span.mode == "rewrite" else []
-    slots = len(draft) if span.mode == "rewrite" else infill_slots(span, len(tokenizer.encode(text[span.start:span.end])))
+    selected = encode_selection(text[span.start:span.end], span, tokenizer, max_len)  # refused unencoded when it cannot fit
+    draft = selected if span.mode == "rewrite" else []
+    slots = len(draft) if span.mode == "rewrite" else infill_slots(span, len(selected))
     budget = context_tokens
     while True:
         prompt, before, after = _prompt(form, text, span, tokenizer, spec, budget)

@@ -431,3 +431,22 @@ def test_an_index_naming_thousands_of_missing_shards_is_a_short_line(cli, tiny_m
     (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {f"t{i}": f"shard-{i:05d}.safetensors" for i in range(5000)}}))
     code, line = cli(model)
     assert code == 4 and line.endswith("shard-00000.safetensors, shard-00001.safetensors, shard-00002.safetensors and 4997 more"), line
+
+
+def test_prompted_canvases_and_context_clipping_never_encode_a_huge_line(tiny_model_dir, monkeypatch):
+    """The chat/FIM prompts of instruct and block-causal runs: a 5 MB line as the selection is
+    refused unencoded, and as context it is dropped unencoded."""
+    from sharpen.core.errors import SpanError
+    from sharpen.core.instruct import clip_lines
+    from sharpen.core.loading import load_denoiser
+    from sharpen.core.prompted import prompt_canvas
+    from sharpen.core.spans import Span
+
+    tokenizer = load_denoiser(tiny_model_dir).tokenizer
+    line = "x = " + "a+" * 2_500_000 + "1\n"
+    real, encoded = tokenizer.encode, []
+    monkeypatch.setattr(tokenizer, "encode", lambda t: encoded.append(len(t)) or real(t))
+    assert clip_lines("short = 1\n" + line, 256, tokenizer, keep_end=False) == "short = 1\n"
+    with pytest.raises(SpanError, match="at least .* tokens"):
+        prompt_canvas(line, Span(0, len(line) - 1, "rewrite"), tokenizer, None, "fim", 256, 512)
+    assert max(encoded) < 100
