@@ -512,3 +512,26 @@ def test_sdar_moe_int8_experts_of_an_odd_width_run(tmp_path):
     with torch.inference_mode():
         logits = den.model(torch.randint(0, 300, (1, 9), generator=torch.Generator().manual_seed(3)))
     assert torch.isfinite(logits).all()
+
+
+def test_llada21_editing_leaves_a_rewrites_kept_draft_alone(llada2):
+    """A rewrite's kept tokens are the user's text, not the model's commits: the editing decode
+    fills and edits the re-noised slots only (speed mode, a seed whose run edits)."""
+    from sharpen.core.loops.editing import edit_denoise
+    from sharpen.core.prompted import prompt_canvas
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+
+    den = load_denoiser(llada2["2.1"])
+    start = TEXT.index("return")
+    span = Span(start, start + len("return a + b"), mode="rewrite", strength=0.5)
+    canvas = prompt_canvas(TEXT, span, den.tokenizer, den.spec, "chat", 1024, den.max_len, seed=2)
+    slots = canvas.slots[0]
+    kept = {p: canvas.ids[p] for p in slots if canvas.ids[p] != den.spec.mask_id}
+    assert kept and len(kept) < len(slots)
+    frames = list(edit_denoise(den, canvas, Sampling(), mode="speed"))
+    final = frames[-1].final_ids[0][0]
+    assert all(final[p - slots.start] == token for p, token in kept.items())
+    assert frames[-1].edit_counts[0][1] > 0  # it did edit its own commits
+    edited = {p for f in frames for p, state in zip(slots, f.spans[0].states) if state == "edited"}
+    assert edited and not edited & set(kept)

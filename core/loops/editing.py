@@ -76,8 +76,9 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
     generator = torch.Generator(device=device).manual_seed(settings.seed)
     first = slots.start // size  # blocks before it are prompt only: prefilled once
     blocks = range(first, total_len // size)
-    held = torch.zeros(total_len, dtype=torch.bool, device=device)
-    held[:slots.start] = True  # the prompt is never edited (the prompt's tail shares the first block)
+    # Only the model's own commits are edited: never the prompt (its tail shares the first block),
+    # nor a rewrite's kept draft (the user's text; --strength says how much of it is re-noised).
+    held = x[0] != mask_id  # [T]
     confidence = torch.zeros(B, total_len, device=device)
     guesses = x.clone()
     commits = torch.zeros(B, total_len, dtype=torch.long, device=device)  # per position: mask-to-token commits
