@@ -17,7 +17,7 @@ from sharpen.app.backend import LocalBackend
 from sharpen.app.cli import build_parser
 from sharpen.app.config import Config, parse_config
 from sharpen.app.tui.editor_pane import IDLE, PREVIEW, RUNNING
-from sharpen.app.tui.ghost import RUNNING as GHOST_RUNNING, SHOWN, WAITING, fits_cursor, ghost_default
+from sharpen.app.tui.ghost import RUNNING as GHOST_RUNNING, SHOWN, fits_cursor, ghost_default, row_of
 from sharpen.app.tui.messages import ModelLoaded
 from sharpen.app.tui.preview import GHOST, GHOST_CURSOR, MASK_GLYPH
 from sharpen.app.tui.status_bar import run_summary
@@ -284,15 +284,17 @@ def test_run_summary_puts_wall_time_beside_model_time():
     assert run_summary(1, 1, 0.5, 0.52, False) == "1 token in 1 step, 0.52 s (model 0.50 s, 2.0 tok/s)"
 
 
-async def test_in_a_long_file_the_layer_holds_the_rows_around_the_view(tmp_path, tiny_model_dir, tiny_denoiser):
+@pytest.mark.parametrize("soft_wrap", [False, True])
+async def test_in_a_long_file_the_layer_holds_the_rows_around_the_view(tmp_path, tiny_model_dir, tiny_denoiser, soft_wrap):
     path = tmp_path / "long.py"
-    path.write_text("".join(f"value_{i} = {i}\n" for i in range(3000)), encoding="utf-8")
-    app = make_app([path], real(tiny_model_dir))
+    long_comment = "  # " + "wrapped " * 20  # every third line wraps when soft wrap is on
+    path.write_text("".join(f"value_{i} = {i}{long_comment if i % 3 == 0 else ''}\n" for i in range(3000)), encoding="utf-8")
+    app = make_app([path], real(tiny_model_dir, soft_wrap=soft_wrap))
     async with app.run_test(size=SIZE) as pilot:
         await load(app, pilot, tiny_denoiser)
         pane = app.active_pane()
         ghost, editor = pane.ghost, pane.editor
-        row = 2500
+        row = 2501  # no comment on it: the cursor is at the end of the code
         editor.move_cursor((row, len(editor.document.lines[row])), center=True)
         await pilot.pause()
         await pilot.press("space")
@@ -305,7 +307,9 @@ async def test_in_a_long_file_the_layer_holds_the_rows_around_the_view(tmp_path,
         shown = run.result.spans[0].alternatives[0]
         assert preview.document.lines[row - first] == (editor.document.lines[row] + shown).split("\n")[0]
         assert ghost_rows(pane)[0] == row - first
-        assert preview.scroll_y == editor.scroll_y - first, (preview.scroll_y, editor.scroll_y, first)  # drawn where the editor shows that line
+        assert preview.soft_wrap is soft_wrap and preview.scroll_y == editor.scroll_y - row_of(editor, first)  # drawn where the editor shows it
+        if soft_wrap:
+            assert row_of(editor, first) > first  # the lines above wrap: rows and lines differ, and the scroll follows rows
         await pilot.click(preview.__class__, offset=(10, 3))  # a click on the layer: the ghost goes
         assert ghost.state is None and not preview.display
 
@@ -324,3 +328,19 @@ async def test_tab_while_a_ghost_still_runs_indents_and_cancels_it(example, tiny
         await pilot.press("tab")  # nothing to accept yet: Tab is the editor's
         assert run.stop.is_set() and ghost.run is not run
         assert editor.document.lines[row] == " " * (column + editor.indent_width)
+
+
+async def test_soft_wrap_near_the_end_of_a_long_wrapped_file_keeps_the_editor_and_its_highlighting(tmp_path):
+    """Found by the ghost's soft-wrap window: the editor's highlight window took view rows for
+    buffer lines, so with wrapped lines it lay past the file's end near the bottom and the
+    syntax query raised (ValueError: Invalid point range), ending the editor."""
+    path = tmp_path / "wrapped.py"
+    path.write_text("".join(f"value_{i} = {i}{'  # ' + 'wrapped ' * 20 if i % 3 == 0 else ''}\n" for i in range(3000)), encoding="utf-8")
+    app = make_app([path], Config.of(soft_wrap=True))
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        editor.move_cursor((2990, 0), center=True)
+        await pilot.pause()
+        assert app.is_running and int(editor.scroll_y) > editor.document.line_count  # rows outnumber lines here
+        first, last = editor._highlight_window
+        assert first <= 2990 < last and editor._highlights[2990]  # the lines on screen are highlighted

@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 from textual.document._document import Location
 from textual.document._edit import Edit
 from textual.binding import Binding
+from textual.geometry import Offset
 from textual.reactive import reactive
 from textual.widgets import TextArea
 from textual.widgets.text_area import Selection
@@ -134,15 +135,24 @@ class EditorArea(TextArea, inherit_bindings=False):
     def _highlight_margin(self) -> int:
         return max(self.size.height, 40)
 
+    def _view_lines(self) -> tuple[int, int]:
+        """The buffer lines [top, bottom) the view shows. With soft wrap a line takes several rows:
+        rows taken for lines put the window past the end of a long wrapped file (a crash)."""
+        top_row = int(self.scroll_y)
+        if not self.soft_wrap:
+            return top_row, top_row + self.size.height
+        wrapped = self.wrapped_document
+        return wrapped.offset_to_location(Offset(0, top_row))[0], wrapped.offset_to_location(Offset(0, top_row + self.size.height))[0] + 1
+
     def _build_highlight_map(self) -> None:
         if not self._highlight_query:
             return super()._build_highlight_map()
         self._line_cache.clear()
         highlights = self._highlights
         highlights.clear()
-        top, margin = int(self.scroll_y), self._highlight_margin()
+        (top, bottom), margin = self._view_lines(), self._highlight_margin()
         first = max(0, top - margin)
-        last = min(self.document.line_count, top + self.size.height + margin)
+        last = min(self.document.line_count, bottom + margin)
         self._highlight_window = (first, last)
         captures = self.document.query_syntax_tree(self._highlight_query, (first, 0), (last, 0))
         for name, nodes in captures.items():
@@ -161,7 +171,7 @@ class EditorArea(TextArea, inherit_bindings=False):
         if not self._highlight_query:
             return
         first, last = self._highlight_window
-        top, bottom = int(self.scroll_y), int(self.scroll_y) + self.size.height
+        top, bottom = self._view_lines()
         near = self._highlight_margin() // 2
         if (top < first + near and first > 0) or (bottom > last - near and last < self.document.line_count):
             self._build_highlight_map()

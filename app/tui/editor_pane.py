@@ -31,7 +31,7 @@ from ...core.spans import Span
 from . import file_actions, syntax_actions
 from .buffer_file import BufferFile
 from .editor_area import EditorArea
-from .ghost import Ghost, window_of
+from .ghost import Ghost, row_of, window_of
 from .messages import EditCancelled, EditFailed, EditFinished, EditProgress, RunStats
 from .model_runner import EditJob, run_job
 from .preview import EMPTY_GLYPH, FINAL, MASKED, Piece, compose, location, pieces_text
@@ -142,7 +142,7 @@ class EditorPane(Container):
         self.preview = PreviewView()
         self.edit_run: Run | None = None
         self.ghost = Ghost(self)  # as-you-type completion (ghost.py)
-        self._overlay_row0 = 0  # the buffer line the preview layer's first line shows (show_overlay's rows)
+        self._overlay_y0 = 0  # the editor's view row where the preview layer's first line sits (show_overlay's window)
         self._pending_frame: EditProgress | None = None
         self._frames_shown = 0  # of the current run: the first one loads the whole preview text
         self.notice = ""  # one line about the last run for the status bar
@@ -573,7 +573,7 @@ class EditorPane(Container):
             row, column = location(layout.text, layout.span_ranges[0][0])
             layout.line_styles.setdefault(row, []).append((column, column + 1, cursor))
         preview = self.preview
-        self._overlay_row0 = first
+        self._overlay_y0 = row_of(editor, first)
         if preview.line_number_start != first + 1:
             preview.line_number_start = first + 1
         preview.gutter_floor = editor.gutter_width if window is not None else 0  # the text must not shift sideways
@@ -582,13 +582,13 @@ class EditorPane(Container):
         preview.soft_wrap = self.editor.soft_wrap
         if preview.theme != self.editor.theme:
             preview.theme = self.editor.theme
-        preview.show_layout(layout, self.editor.scroll_x, self.editor.scroll_y - first, same_run=same_run)
+        preview.show_layout(layout, self.editor.scroll_x, self.editor.scroll_y - self._overlay_y0, same_run=same_run)
         if not same_run:  # a new text's height is known only once laid out: a scroll before it stops at 0
             self.call_after_refresh(self._follow_scroll)
 
     def _follow_scroll(self) -> None:
         if self.phase != IDLE or self.ghost.active:
-            self.preview.scroll_to(self.editor.scroll_x, self.editor.scroll_y - self._overlay_row0, animate=False, immediate=True)
+            self.preview.scroll_to(self.editor.scroll_x, self.editor.scroll_y - self._overlay_y0, animate=False, immediate=True)
             self.ghost.scrolled()
 
     def _set_phase(self, phase: str) -> None:

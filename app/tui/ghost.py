@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 
+from textual.geometry import Offset
+
 from ...core.spans import Span
 from ..config import Config
 from .messages import EditCancelled, EditFailed, EditFinished, EditProgress
@@ -32,7 +34,7 @@ _ghost_ids = itertools.count(-1, -1)
 WAITING, RUNNING, SHOWN = "waiting", "running", "shown"  # and None: nothing pending
 CLOSING = frozenset(")]}>\"'`;:,")  # what may follow the cursor on its line for a ghost to fire
 NOTICE = "ghost: "  # how the status bar's note on a shown ghost starts
-# The preview layer holds the rows on screen and this many on each side (with soft wrap off):
+# The preview layer holds the lines on screen and this many on each side:
 # enough above the view that a string or docstring opened there is highlighted as in the editor.
 MARGIN_ROWS = 100
 
@@ -57,6 +59,18 @@ def ghost_pieces(pieces: list[Piece]) -> list[Piece]:
     return merge([Piece(p.text, GHOST_MASKED if p.kind in (MASKED, NOISE) else GHOST) for p in pieces])
 
 
+def top_line(editor) -> int:
+    """The buffer line at the top of the editor's view (with soft wrap a line takes several rows)."""
+    if editor.soft_wrap:
+        return editor.wrapped_document.offset_to_location(Offset(0, int(editor.scroll_y)))[0]
+    return int(editor.scroll_y)
+
+
+def row_of(editor, line: int) -> int:
+    """The view row where buffer line `line` starts."""
+    return editor.wrapped_document.location_to_offset((line, 0)).y if editor.soft_wrap else line
+
+
 def window_of(text: str, spans: list[tuple[int, int]], marks: list[tuple[int, int]], window: tuple[int, int, int, int] | None):
     """(first line, text, spans, marks) cut to `window` (first line, last line, start, end), the
     offsets moved to the cut text and the marks clipped to it; no window: all of it."""
@@ -73,7 +87,7 @@ class GhostRun:
     id: int
     text: str  # the buffer when it fired ('\n' line breaks)
     offset: int  # the cursor, in characters of `text`
-    window: tuple[int, int, int, int] | None  # what the preview layer shows of `text`: lines [first, last), characters [start, end); None: all
+    window: tuple[int, int, int, int]  # what the preview layer shows of `text`: lines [first, last), characters [start, end)
     stop: threading.Event
     typed_at: float  # perf_counter of the last edit before the pause
     fired_at: float = field(default_factory=time.perf_counter)
@@ -179,14 +193,12 @@ class Ghost:
         pane.run_worker(partial(run_job, job, pane.session.backend, pane.post_message, self.run.stop.is_set),
                         thread=True, group="ghost", exit_on_error=False)
 
-    def _window(self, length: int) -> tuple[int, int, int, int] | None:
+    def _window(self, length: int) -> tuple[int, int, int, int]:
         """What of the buffer the layer shows: the view and the cursor's line, a margin each side
-        (lines [first, last), characters [start, end) of the text). With soft wrap on a row is
-        not a line: the layer takes the whole text, as a run's does."""
+        (lines [first, last), characters [start, end) of the text). A view of `height` rows
+        shows at most `height` lines, however they wrap."""
         editor = self.pane.editor
-        if editor.soft_wrap:
-            return None
-        top, cursor, count = int(editor.scroll_y), editor.selection.end[0], editor.document.line_count
+        top, cursor, count = top_line(editor), editor.selection.end[0], editor.document.line_count
         first = max(0, min(top, cursor) - MARGIN_ROWS)
         last = min(count, max(top + editor.size.height, cursor + 1) + MARGIN_ROWS)
         start = editor.offset_of((first, 0))
@@ -196,10 +208,10 @@ class Ghost:
     def scrolled(self) -> None:
         """The editor scrolled under a ghost: past the layer's lines the ghost goes (nothing is drawn there)."""
         run = self.run
-        if run is None or run.window is None or not self.active:
+        if run is None or not self.active:
             return
         first, last = run.window[:2]
-        top, height = int(self.pane.editor.scroll_y), self.pane.editor.size.height
+        top, height = top_line(self.pane.editor), self.pane.editor.size.height
         below = last < self.pane.editor.document.line_count and top + height > last
         if top < first or below:
             self.dismiss(pending=False)
