@@ -224,6 +224,13 @@ class Attention(nn.Module):
         return torch.cat([apply_rotary(qk[..., :r], rope), qk[..., r:]], dim=-1)
 
     def forward(self, x, rope, positions, layer_cache, attend: Attend = FULL):
+        q, k, v = self.project(x, rope)
+        return self.output(self.attend(q, k, v, positions, layer_cache, attend))
+
+    def project(self, x: torch.Tensor, rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [B, S, dim] -> queries [B, H, S, D], keys and values [B, Hkv, S, D], rotated.
+
+        Row by row: core/batch.py runs it once over several runs' rows packed together."""
         B, S, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
         if self.packed is None:
@@ -240,6 +247,11 @@ class Attention(nn.Module):
             qkv = qkv.view(B, S, H + 2 * Hkv, D).transpose(1, 2)  # [B, H + 2Hkv, S, D]
             qk = self._norm_rotate(qkv[:, :H + Hkv], rope)
             q, k, v = qk[:, :H], qk[:, H:], qkv[:, H + Hkv:]
+        return q, k, v
+
+    def attend(self, q, k, v, positions, layer_cache, attend: Attend = FULL) -> torch.Tensor:
+        """One canvas's attention: q [B, H, S, D], k and v [B, Hkv, S, D] -> [B, S, H D]."""
+        B, S = q.shape[0], q.shape[2]
         if layer_cache is not None:
             cache_k, cache_v = layer_cache
             keys = cache_k.shape[2] if attend.keys is None else attend.keys
@@ -250,8 +262,11 @@ class Attention(nn.Module):
             else:  # read-only cache: the chunk sees what is cached before it, and itself
                 k = torch.cat([cache_k[:, :, :keys], k], dim=2)  # [B, Hkv, keys + S, D]
                 v = torch.cat([cache_v[:, :, :keys], v], dim=2)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attend.mask, enable_gqa=Hkv != H)
-        out = out.transpose(1, 2).reshape(B, S, -1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attend.mask, enable_gqa=self.n_kv_heads != self.n_heads)
+        return out.transpose(1, 2).reshape(B, S, -1)
+
+    def output(self, out: torch.Tensor) -> torch.Tensor:
+        """Attention's output projection: [B, S, H D] -> [B, S, dim]."""
         return self.wo(out) if self.packed is None else out @ self.packed.wo
 
 
@@ -310,7 +325,10 @@ class Block(nn.Module):
         self.ffn = MoEFeedForward(cfg.dim, cfg.moe) if moe else FeedForward(cfg)
 
     def forward(self, x, rope, positions, layer_cache, attend: Attend = FULL):
-        x = x + self.attn(self.attn_norm(x), rope, positions, layer_cache, attend)
+        return self.feed_forward(x + self.attn(self.attn_norm(x), rope, positions, layer_cache, attend))
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's second half, after attention's residual add: row by row (core/batch.py)."""
         x = x + self.ffn(self.ffn_norm(x))
         if x.dtype == torch.float16:
             # float16 tops out at 65504, and big models' residual streams pass it (bfloat16 and

@@ -14,6 +14,11 @@ backend all read and write it, so a preview drawn from a server is the local one
 Only the runner takes the model's lock. Runs wait their turn in arrival order; a run whose
 `should_stop` turns true while it waits leaves the line without touching the model, and a
 line longer than `max_waiting` refuses new runs at once (Busy): a server answers 503.
+
+With `batch` > 1 and a model whose passes pack (core/batch.py), up to `batch` runs hold the
+model at once and share one forward pass per step (continuous batching): a run joins at the
+next step boundary when its turn comes, leaves when it ends or stops, and gets exactly what it
+would get alone. Other models, and batch 1 (the editor's), run one at a time.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ import logging
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -159,13 +164,26 @@ class ModelInfo:
 Event = Progress | Done
 
 
-class Runner:
-    """The one owner of a loaded model: runs requests on it one at a time, in arrival order."""
+class _Ticket:
+    """A run's place in line."""
 
-    def __init__(self, denoiser, max_waiting: int = 16) -> None:
+    def __init__(self, shared: bool) -> None:
+        self.shared = shared  # it runs in the step batcher, alongside others
+        self.running = False
+
+
+class Runner:
+    """The one owner of a loaded model: runs requests on it in arrival order, one at a time or
+    (`batch` > 1, a model whose passes pack) up to `batch` at once, sharing each step's pass."""
+
+    def __init__(self, denoiser, max_waiting: int = 16, batch: int = 1) -> None:
+        from .batch import StepBatcher, batchable
+
         self.denoiser = denoiser
         self.max_waiting = max_waiting
-        self._line: deque[object] = deque()  # tickets of runs waiting or running, the head runs
+        self.batch = max(1, batch)
+        self.batcher = StepBatcher(denoiser) if self.batch > 1 and batchable(denoiser) else None
+        self._line: deque[_Ticket] = deque()  # runs waiting or running, in arrival order
         self._turns = threading.Condition()
         spec = denoiser.spec
         # How its canvas starts: random tokens (DiffusionGemma's loop) or masks (every other loop).
@@ -185,11 +203,14 @@ class Runner:
         done = None
         with self._turn(should_stop) as ours:
             if ours:
-                for event in self._events(request, should_stop, every):
-                    if isinstance(event, Done):
-                        done = event
-                        break
-                    yield event
+                # In the batcher, the run's denoiser is its view of the shared passes.
+                model = self.batcher.member() if self.batcher is not None else nullcontext(self.denoiser)
+                with model as denoiser:
+                    for event in self._events(denoiser, request, should_stop, every):
+                        if isinstance(event, Done):
+                            done = event
+                            break
+                        yield event
         if done is not None:  # after the turn ends: whoever reads the result finds the model free
             yield done
 
@@ -212,25 +233,41 @@ class Runner:
     @contextmanager
     def _turn(self, should_stop: Callable[[], bool]) -> Iterator[bool]:
         """Wait for this run's turn; yields False when it was stopped while waiting."""
-        ticket = object()
+        ticket = _Ticket(self.batcher is not None)
         with self._turns:
-            if len(self._line) > self.max_waiting:
-                raise Busy(f"the model is busy ({len(self._line) - 1} runs waiting); try again shortly")
+            waiting = sum(not t.running for t in self._line)
+            running = len(self._line) - waiting
+            runs_now = waiting == 0 and (running == 0 or (ticket.shared and running < self.batch))
+            if not runs_now and waiting >= self.max_waiting:
+                raise Busy(f"the model is busy ({waiting} runs waiting); try again shortly")
             self._line.append(ticket)
         try:
             with self._turns:
-                while self._line[0] is not ticket and not should_stop():
+                while not self._admits(ticket) and not should_stop():
                     self._turns.wait(0.05)  # short: a stop while waiting is seen within 50 ms
-            yield not should_stop()
+                ticket.running = not should_stop()
+                self._turns.notify_all()  # the run after this one may join it
+            yield ticket.running
         finally:
             with self._turns:
                 self._line.remove(ticket)
                 self._turns.notify_all()
 
-    def _events(self, request: EditRequest, should_stop, every: float | None) -> Iterator[Event]:
+    def _admits(self, ticket: _Ticket) -> bool:
+        """Whether `ticket` may run now: every run before it runs (arrival order), and either the
+        model is free or it joins a batch of shared runs with room left."""
+        running = 0
+        for other in self._line:
+            if other is ticket:
+                break
+            if not other.running:
+                return False
+            running += 1
+        return running == 0 or (ticket.shared and running < self.batch)
+
+    def _events(self, denoiser, request: EditRequest, should_stop, every: float | None) -> Iterator[Event]:
         from .engine import edit_options, run_edit
 
-        denoiser = self.denoiser
         options = edit_options(request.editing, request.path)
         end_ids, mask_id = set(denoiser.spec.end_ids), denoiser.spec.mask_id
         tok = denoiser.tokenizer

@@ -1,0 +1,212 @@
+"""Continuous batching at step granularity: concurrent runs share one forward pass per step.
+
+    batcher = StepBatcher(denoiser)          # one per loaded model (core/run.py Runner)
+    with batcher.member() as view:           # in each run's own thread
+        for frame in run_edit(view, ...):    # the loop is unchanged: it calls view.logits
+            ...
+
+Each run keeps its own loop, canvas, block plan, KV cache and commit rule (core/loops/masked.py
+runs as it does alone). Only its denoiser is a view: `view.logits(...)` hands the pass to the
+batcher and waits. When every run in the batch has handed in its step's pass (or MAX_WAIT has
+passed since the first one did), one thread runs all of them as ONE forward pass and each run
+gets its own logits back; a run that finishes or is cancelled leaves the batch, and a new run
+joins at the next step boundary.
+
+The passes are packed, not padded: every run's rows (its canvas, or the few positions a cached
+step recomputes) are laid end to end as one sequence for the row-wise work (embedding, norms,
+rotary at each row's own position, the q/k/v, output and feed-forward matmuls, the vocabulary
+projection), which is where a step's launches and weight reads are, and attention runs per run
+over that run's own keys (its canvas, or its own cache). No pad row exists, so nothing can
+attend to one, and a run's logits are those of its pass alone (tests/test_batching.py: token
+for token). Runs differ freely in canvas length, slot layout, step plan, cache policy, samples
+and seed: the step's random draws are hashes of (seed, step, row, token), per run.
+
+Only the native backbone, eager, dense and on one device, packs; other models run one at a
+time (`batchable`).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+
+from .denoiser import OUT_OF_MEMORY, Denoiser, check_finite
+from .errors import ModelError
+from .model import FULL, Attend, KVCache, Transformer
+
+log = logging.getLogger(__name__)
+
+# How long handed-in passes wait for the rest of the batch before they run without it. Between
+# two passes a run does its step's sampling on the host (a few milliseconds for the embedded
+# model on a CPU); a run held up longer (its client reads slowly) must not stall the others.
+MAX_WAIT = 0.02  # seconds
+
+
+def batchable(denoiser) -> bool:
+    """Whether runs on `denoiser` can share passes: sharpen's own backbone run eagerly (a compiled
+    step has its own bucketed shapes), dense (experts route per batch), on one device, masked loop."""
+    if type(denoiser) is not Denoiser or getattr(denoiser, "_step", None) is not None:
+        return False
+    model = denoiser.model
+    return (isinstance(model, Transformer) and model.cfg.moe is None and model.layer_devices is None
+            and denoiser.spec.loop == "masked")
+
+
+@dataclass
+class Pass:
+    """One run's forward pass of one step, as Transformer.scores takes it."""
+
+    ids: torch.Tensor  # [b, S] the rows it computes
+    positions: torch.Tensor  # [S] their canvas positions
+    cache: KVCache | None  # the run's own keys/values: written at `positions`, attended in full
+    rows: torch.Tensor  # [W] rows of the S projected to the vocabulary
+    logits: torch.Tensor | None = None  # [b, W, V] once run
+    error: BaseException | None = None
+    done: bool = False
+
+
+def packed_scores(model: Transformer, passes: list[Pass]) -> list[torch.Tensor]:
+    """Every pass's logits [b, W, V] from one packed forward (see the module's notes).
+
+    Row-wise work runs once over all passes' rows laid end to end, [1, N, dim]; attention runs
+    per pass, over its own keys, exactly as Transformer.hidden runs it for that pass alone."""
+    device = model.embed.weight.device
+    longest = max(max(p.ids.shape[1], p.cache.length if p.cache is not None else 0) for p in passes)
+    if longest > model.cfg.max_seq_len:
+        raise ValueError(f"canvas of {longest} tokens exceeds max_seq_len {model.cfg.max_seq_len}")
+    sizes = [p.ids.numel() for p in passes]  # b * S rows each
+    ids = torch.cat([p.ids.reshape(-1) for p in passes])[None]  # [1, N]
+    positions = torch.cat([p.positions.repeat(p.ids.shape[0]) for p in passes])  # [N] each row's own position
+    x = model.embed(ids)  # [1, N, dim]
+    rope = model.rope(device, longest, x.dtype)[positions]  # [N, 2, 2, D/2]
+    for i, layer in enumerate(model.layers):
+        attn = layer.attn
+        q, k, v = attn.project(layer.attn_norm(x), rope)  # [1, H, N, D], [1, Hkv, N, D] x2
+        outs = []
+        for p, q_p, k_p, v_p in zip(passes, q.split(sizes, 2), k.split(sizes, 2), v.split(sizes, 2)):
+            b, S = p.ids.shape
+            per_run = [t.reshape(t.shape[1], b, S, t.shape[3]).transpose(0, 1) for t in (q_p, k_p, v_p)]  # [b, H or Hkv, S, D]
+            layer_cache = None if p.cache is None else (p.cache.k[i], p.cache.v[i])
+            outs.append(attn.attend(*per_run, p.positions, layer_cache, FULL).reshape(b * S, -1))  # [b*S, H D]
+        x = layer.feed_forward(x + attn.output(torch.cat(outs)[None]))  # [1, N, dim]
+    hidden = [h.view(p.ids.shape[0], p.ids.shape[1], -1)[:, p.rows] for p, h in zip(passes, x[0].split(sizes))]  # [b, W, dim] each
+    wanted = [h.shape[0] * h.shape[1] for h in hidden]
+    logits = model.project(torch.cat([h.reshape(-1, h.shape[-1]) for h in hidden])[None])[0]  # [sum b*W, V]
+    return [part.view(h.shape[0], h.shape[1], -1) for part, h in zip(logits.split(wanted), hidden)]
+
+
+class StepBatcher:
+    """Gathers the passes of the runs on one model into one forward pass per step."""
+
+    def __init__(self, denoiser: Denoiser, max_wait: float = MAX_WAIT) -> None:
+        self.denoiser = denoiser
+        self.max_wait = max_wait
+        self._changed = threading.Condition()
+        self._members = 0  # runs inside member(): each hands in one pass per step
+        self._pending: list[Pass] = []
+        self._since = 0.0  # when the oldest pending pass was handed in
+        self._running = False  # a thread is running a packed pass
+        self.passes = 0  # packed forward passes run
+        self.rows_per_pass: list[int] = []  # how many runs' passes each packed pass held (tests, bench)
+
+    @contextmanager
+    def member(self) -> Iterator["BatchedDenoiser"]:
+        """A run's view of the model for as long as it runs (it leaves the batch on exit)."""
+        with self._changed:
+            self._members += 1
+        try:
+            yield BatchedDenoiser(self.denoiser, self)
+        finally:
+            with self._changed:
+                self._members -= 1
+                self._changed.notify_all()  # the others no longer wait for this run's pass
+
+    def submit(self, work: Pass) -> torch.Tensor:
+        """Hand in one run's pass; returns its logits once a packed pass has run it."""
+        with self._changed:
+            if not self._pending:
+                self._since = time.perf_counter()
+            self._pending.append(work)
+            self._changed.notify_all()
+            while not work.done:
+                waited = time.perf_counter() - self._since
+                if not self._running and self._pending and (len(self._pending) >= self._members or waited >= self.max_wait):
+                    batch, self._pending, self._running = self._pending, [], True
+                    self._changed.release()
+                    try:
+                        self._run(batch)
+                    finally:
+                        self._changed.acquire()
+                        self._running = False
+                        self._changed.notify_all()
+                else:
+                    self._changed.wait(max(self.max_wait - waited, 0.001) if self._pending else None)
+        if work.error is not None:
+            raise work.error
+        return work.logits
+
+    def _run(self, batch: list[Pass]) -> None:
+        """One packed pass for `batch`; if it fails, each pass alone, so only a broken run fails."""
+        model = self.denoiser.model
+        try:
+            with torch.inference_mode():
+                results = packed_scores(model, batch)
+        except Exception:  # noqa: BLE001 - each pass is retried alone below and fails on its own
+            log.debug("a packed pass of %d runs failed; running them one by one", len(batch), exc_info=True)
+            results = None
+        self.passes += 1
+        self.rows_per_pass.append(len(batch))
+        for i, work in enumerate(batch):
+            try:
+                if results is not None:
+                    work.logits = results[i]
+                else:
+                    with torch.inference_mode():
+                        work.logits = model.scores(work.ids, work.positions, work.cache, work.rows)
+            except torch.OutOfMemoryError:
+                work.error = ModelError(OUT_OF_MEMORY)
+            except Exception as exc:  # noqa: BLE001 - handed to the run it belongs to, in its own thread
+                work.error = exc
+            work.done = True
+
+
+class BatchedDenoiser:
+    """One run's view of a shared Denoiser: everything is the denoiser's own except `logits`,
+    which goes through the batcher, and the first-pass finiteness check, kept per run."""
+
+    def __init__(self, denoiser: Denoiser, batcher: StepBatcher) -> None:
+        self._denoiser = denoiser
+        self._batcher = batcher
+        self._check = True  # this run's next pass is checked (its first, and the first of each cache)
+
+    def __getattr__(self, name: str):
+        return getattr(self._denoiser, name)
+
+    def new_cache(self, batch: int, length: int) -> KVCache:
+        self._check = True
+        return self._denoiser.new_cache(batch, length)
+
+    def logits(self, x: torch.Tensor, want: torch.Tensor | None = None, run: torch.Tensor | None = None,
+               cache: KVCache | None = None, attend: Attend = FULL) -> torch.Tensor:
+        """As Denoiser.logits; passes with another attention policy than FULL run alone."""
+        if attend is not FULL:
+            return self._denoiser.logits(x, want, run, cache, attend)
+        T = x.shape[1]
+        want = torch.arange(T, device=x.device) if want is None else want
+        source = (want - 1).clamp_min(0) if self._denoiser.spec.shift_logits else want  # [W] rows that predict `want`
+        if run is not None and cache is None:
+            raise ValueError("a partial run needs a cache holding the rest of the canvas")
+        if run is None:
+            work = Pass(x, torch.arange(T, device=x.device), cache, source)
+        else:
+            work = Pass(x[:, run], run, cache, torch.searchsorted(run, source))
+        logits = self._batcher.submit(work)  # [B, W, V]
+        if self._check:
+            self._check = False
+            check_finite(logits)
+        return logits

@@ -1,0 +1,160 @@
+"""Continuous batching (core/batch.py): concurrent runs share one forward pass per step and each
+gets exactly what it would get alone, token for token; a stopped run leaves within a step."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from sharpen.core.batch import Pass, batchable, packed_scores
+from sharpen.core.request import EditRequest
+from sharpen.core.run import Done, Runner
+from sharpen.core.settings import Sampling
+from sharpen.core.spans import Span
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    from sharpen.app.model_choice import load_model
+    from sharpen.core.settings import ModelRequest
+
+    return load_model(ModelRequest(), quiet=True)
+
+
+def requests() -> list[EditRequest]:
+    """Four runs that differ in everything a pass may differ in: canvas length (short and long
+    texts), slot layout (one infill, two spans with a rewrite), samples, seed, temperature and
+    top-k (random draws per row), cache policy (dual, prefix, none) and block size."""
+    code = (ROOT / "examples/fizzbuzz.py").read_text(encoding="utf-8")
+    changes = (ROOT / "core/changes.py").read_text(encoding="utf-8")
+    short = "def add(a, b):\n    \n\nprint(add(1, 2))\n"
+    at = changes.index("\n", 1500) + 1
+    return [
+        EditRequest(short, (Span(19, 19, max_tokens=12),), Sampling(seed=3)),
+        EditRequest(changes, (Span(at, at, max_tokens=24),), Sampling(seed=11, temperature=0.8, top_k=40)),
+        EditRequest(code, (Span(40, 40, max_tokens=10), Span(60, 80, "rewrite", strength=0.5)),
+                    Sampling(seed=5, temperature=1.0, samples=2, cache="prefix")),
+        EditRequest(code, (Span(len(code) // 2, len(code) // 2, max_tokens=16),), Sampling(seed=8, temperature=0.5, cache="none", block_size=4)),
+    ]
+
+
+def fingerprint(done: Done) -> tuple:
+    result = done.result
+    return result.text, result.steps, tuple((r.text, r.tokens, r.alternatives) for r in result.spans), done.sharp_per_step
+
+
+def test_a_packed_pass_equals_each_pass_alone_bit_for_bit(embedded):
+    """Passes of different lengths, cached and not, one row and two: logits and cache writes."""
+    model = embedded.model
+    generator = torch.Generator().manual_seed(0)
+
+    def passes(T: int, rows: int, cached: bool) -> tuple[Pass, Pass]:
+        ids = torch.randint(0, 4000, (rows, T), generator=generator)  # [b, T]
+        if not cached:
+            return tuple(Pass(ids, torch.arange(T), None, torch.arange(3, 17)) for _ in range(2))
+        pair = []
+        for _ in range(2):
+            cache = model.new_cache(rows, T)
+            with torch.inference_mode():
+                model.scores(ids, None, cache, torch.arange(2))  # the whole canvas cached
+            run = torch.arange(T // 3, T // 3 + 8)  # a block recomputed against the cache
+            pair.append(Pass(ids[:, run], run, cache, torch.arange(8)))
+        return tuple(pair)
+
+    pairs = [passes(200, 1, True), passes(57, 1, True), passes(180, 2, False), passes(256, 1, False), passes(90, 2, True)]
+    with torch.inference_mode():
+        alone = [model.scores(a.ids, a.positions, a.cache, a.rows) for a, _ in pairs]
+        packed = packed_scores(model, [b for _, b in pairs])
+    for one, together, (a, b) in zip(alone, packed, pairs):
+        assert together.shape == one.shape and torch.equal(together, one)
+        if a.cache is not None:
+            assert all(torch.equal(x, y) for x, y in zip(a.cache.k + a.cache.v, b.cache.k + b.cache.v))
+
+
+def run_together(runner: Runner, batch: list[EditRequest], stops=None) -> list:
+    out: list = [None] * len(batch)
+    start = threading.Barrier(len(batch))
+
+    def one(i: int) -> None:
+        start.wait()
+        events = list(runner.run(batch[i], stops[i] if stops else (lambda: False), every=0.0))
+        out[i] = events
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(batch))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not any(t.is_alive() for t in threads)
+    return out
+
+
+def test_four_runs_batched_equal_each_run_alone_token_for_token(embedded):
+    alone = [fingerprint(Runner(embedded).result(r)) for r in requests()]
+    runner = Runner(embedded, batch=4)
+    assert runner.batcher is not None
+    runner.batcher.max_wait = 1.0  # each pass waits for all four: every step is shared
+    events = run_together(runner, requests())
+    assert [fingerprint(e[-1]) for e in events] == alone
+    # Frames per run, as alone: step 0 .. n, then the result.
+    assert all([f.step for f in e[:-1]] == list(range(len(e) - 1)) for e in events)
+    shared = runner.batcher.rows_per_pass
+    assert max(shared) == 4 and runner.batcher.passes < sum(shared)  # passes were shared, each run's pass ran once
+    assert runner.waiting == 0
+
+
+def test_a_stopped_run_leaves_the_batch_within_one_step_and_the_others_are_unchanged(embedded):
+    batch = requests()
+    alone = [fingerprint(Runner(embedded).result(r)) for r in batch]
+    runner = Runner(embedded, batch=4)
+    runner.batcher.max_wait = 1.0
+    seen = {"frames": 0, "passes_at_stop": None}
+
+    def stop_after_three() -> bool:
+        # Read by the loop between steps: turns true after the second run's third frame.
+        if seen["passes_at_stop"] is None and seen["frames"] >= 3:
+            seen["passes_at_stop"] = len(runner.batcher.rows_per_pass)
+        return seen["passes_at_stop"] is not None
+
+    stops = [lambda: False, stop_after_three, lambda: False, lambda: False]
+    out: list = [None] * 4
+    start = threading.Barrier(4)
+
+    def one(i: int) -> None:
+        start.wait()
+        events = []
+        for event in runner.run(batch[i], stops[i]):
+            events.append(event)
+            if i == 1:
+                seen["frames"] += 1
+        out[i] = events
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not isinstance(out[1][-1], Done)  # stopped: no result
+    assert [fingerprint(out[i][-1]) for i in (0, 2, 3)] == [alone[i] for i in (0, 2, 3)]
+    # Within one step: after the stop was seen, no pass held four runs' rows again.
+    after = runner.batcher.rows_per_pass[seen["passes_at_stop"]:]
+    assert after and max(after) <= 3
+    assert runner.waiting == 0
+
+
+def test_runs_beyond_the_batch_wait_their_turn_and_join_at_a_step_boundary(embedded):
+    runner = Runner(embedded, max_waiting=4, batch=2)
+    runner.batcher.max_wait = 1.0
+    events = run_together(runner, requests()[:3])
+    assert all(isinstance(e[-1], Done) for e in events)
+    assert max(runner.batcher.rows_per_pass) == 2  # never more than the batch
+
+
+def test_only_models_whose_passes_pack_are_batched(embedded):
+    assert batchable(embedded)
+    assert Runner(embedded).batcher is None  # batch 1: one at a time (the editor)
+    assert not batchable(object())
