@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, replace
 
 from .canvas import DEFAULT_POINT_INFILL, Canvas
+from .errors import SpanError
 from .spans import Span
 from .syntax import error_count, parse_document
 
@@ -250,6 +251,15 @@ def baseline_errors(text: str, plan: CandidatePlan) -> tuple[str, int | None]:
     return doc.language, error_count(doc)
 
 
-def selected_tokens(text: str, spans: list[Span], tokenizer) -> list[int]:
-    return [len(tokenizer.encode(text[s.start:s.end])) for s in spans]
+def selected_tokens(text: str, spans: list[Span], tokenizer, max_len: int | None = None) -> list[int]:
+    """Each span's selection in tokens; with `max_len`, one whose fewest possible tokens exceed the
+    canvas is refused before it is encoded (a 50 MB line took gigabytes to count)."""
+    counts = []
+    for s in spans:
+        region = text[s.start:s.end]
+        if max_len is not None and (fewest := tokenizer.fewest_tokens(region)) > max_len:
+            raise SpanError(f"span {s.name}: the selection is {len(region):,} characters, at least {fewest:,} tokens, "
+                            f"but the model's canvas holds {max_len}")
+        counts.append(len(tokenizer.encode(region)))
+    return counts
 

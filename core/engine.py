@@ -174,7 +174,7 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
     elif uses_chat(ordered):  # an instruction: the canvas is a chat turn (instruct.py)
         canvas = build_instruct_canvas(text, ordered, tok, spec, context_tokens, denoiser.max_len)
     elif candidates is not None and pad is not None:
-        wide, row_lengths = plan_canvas_spans(ordered, selected_tokens(text, ordered, tok), candidates)
+        wide, row_lengths = plan_canvas_spans(ordered, selected_tokens(text, ordered, tok, denoiser.max_len), candidates)
         canvas = build_canvas(text, wide, tok, spec.mask_id, context_tokens, denoiser.max_len)
         canvas = candidate_rows(canvas, row_lengths, pad)
         if candidates.exact:
@@ -228,7 +228,7 @@ def _adaptive_runs(denoiser, text: str, ordered: list[Span], settings: Sampling,
     can end early, so a span grows when its longest rung won.
     """
     end_ids = denoiser.spec.end_ids
-    selected = selected_tokens(text, ordered, denoiser.tokenizer)
+    selected = selected_tokens(text, ordered, denoiser.tokenizer, denoiser.max_len)
     budgets = [start_budget(s, n, policy) for s, n in zip(ordered, selected)]
     room = slot_room(denoiser)
     caps = [min(s.max_tokens or policy.max_tokens, room) for s in ordered]

@@ -450,3 +450,19 @@ def test_prompted_canvases_and_context_clipping_never_encode_a_huge_line(tiny_mo
     with pytest.raises(SpanError, match="at least .* tokens"):
         prompt_canvas(line, Span(0, len(line) - 1, "rewrite"), tokenizer, None, "fim", 256, 512)
     assert max(encoded) < 100
+
+
+def test_candidate_and_adaptive_runs_count_a_huge_selection_unencoded(tiny_model_dir, monkeypatch):
+    """--candidates and --length adaptive count each selection's tokens first (core/candidates.py)."""
+    from sharpen.core.candidates import selected_tokens
+    from sharpen.core.errors import SpanError
+    from sharpen.core.loading import load_denoiser
+    from sharpen.core.spans import Span
+
+    tokenizer = load_denoiser(tiny_model_dir).tokenizer
+    text = "x = " + "a+" * 2_500_000 + "1\n"
+    real, encoded = tokenizer.encode, []
+    monkeypatch.setattr(tokenizer, "encode", lambda t: encoded.append(len(t)) or real(t))
+    with pytest.raises(SpanError, match="at least .* tokens, but the model's canvas holds 512"):
+        selected_tokens(text, [Span(0, 8, "infill"), Span(10, len(text) - 1, "infill")], tokenizer, 512)
+    assert encoded == [8]
