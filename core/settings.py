@@ -167,6 +167,8 @@ def parse_max_memory(spec: str) -> dict[int | str, int]:
         device = device.strip().lower().removeprefix("cuda:")
         if not sep or not (device.isdigit() or device in ("cpu", "disk")):
             raise ValueError(f"has a bad entry {part!r} (use DEVICE=SIZE with DEVICE 0, 1, ..., cpu or disk)")
+        if device.isdigit() and len(device) > 4:  # an index no machine has (and past a C int for torch)
+            raise ValueError(f"has a GPU index beyond any machine ({device[:20]!r})")
         out[int(device) if device.isdigit() else device] = parse_size(size)
     if not out:
         raise ValueError("is empty")

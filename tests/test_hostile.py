@@ -364,6 +364,7 @@ def test_config_files_are_read_as_untrusted_input(tmp_path, content, message):
 @pytest.mark.parametrize("args, message", [
     (["--device", "meta"], "--device must be auto, cpu, cuda, cuda:N or mps, not 'meta'"),
     (["--max-memory", "cpu=" + "9" * 400 + "TiB"], "--max-memory has a memory size beyond any machine"),
+    (["--max-memory", "9" * 30 + "=1GiB"], "--max-memory has a GPU index beyond any machine"),
 ])
 def test_options_no_model_can_use_are_usage_errors_before_torch(tmp_path, args, message):
     (tmp_path / "f.py").write_bytes(ORIGINAL)
