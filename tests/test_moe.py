@@ -1,10 +1,10 @@
-"""Mixture-of-experts backbone (core/moe.py) and the LLaDA2 family (core/families/llada2.py).
+"""Mixture-of-experts backbone (core/moe.py) and the LLaDA2 / SDAR-MoE families (core/families/).
 
 The reference for LLaDA2 is its release's own modeling code, run once by
 tests/golden/llada2_reference.py on the tiny checkpoint of tests/moe_checkpoints.py (golden:
 tests/golden/llada2_tiny.json, naming the repository and commit): sharpen's logits within 1e-4
 in float32 and the same experts for every token in every MoE layer. The Qwen3-MoE routing is
-held to transformers' own router class.
+held to transformers' own router class. LLaDA2.1's editing decode: tests/test_editing.py.
 """
 import json
 from pathlib import Path
@@ -23,6 +23,7 @@ from sharpen.core.moe import MoEFeedForward, MoESpec, route, run_experts
 from sharpen.core.shards import Shards
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "llada2_tiny.json").read_text())
+TEXT = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"
 LLADA2_SPEC = MoESpec(n_experts=8, top_k=2, expert_hidden=16, scoring="sigmoid", selection_bias=True, n_group=4, topk_group=2,
                       scaling=2.5, n_shared=1, router_float32=True)
 
@@ -251,67 +252,6 @@ def test_sdar_moe_logits_and_expert_choices_equal_transformers_qwen3_moe_block_c
     assert experts == chosen
 
 
-# --- LLaDA2.1's editing decode against the release's generate -----------------------------------
-
-
-def _decode_passes(den, mode: str) -> tuple[list[int], list[dict]]:
-    """sharpen's loop on the golden's prompt, block and length (mode "2.0": the block-causal loop
-    without editing; else the editing loop in that mode): the result and, per model step, what it
-    committed and what it edited (absolute canvas positions, as the golden)."""
-    import dataclasses
-    from functools import partial
-
-    from sharpen.core.canvas import Canvas
-    from sharpen.core.loops.block import block_denoise
-    from sharpen.core.loops.editing import edit_denoise
-    from sharpen.core.settings import Sampling
-    from sharpen.core.spans import Span
-
-    g = GOLDEN["decode"]
-    den.spec = dataclasses.replace(den.spec, block=dataclasses.replace(den.spec.block, size=g["block_length"]))
-    prompt, length = g["prompt"], g["gen_length"]
-    canvas = Canvas(ids=tuple(prompt) + (g["mask_id"],) * length, slots=(range(len(prompt), len(prompt) + length),),
-                    spans=(Span(0, 0),), window=(0, 0), mask_id=g["mask_id"])
-    passes, before, final = [], None, None
-    loop = block_denoise if mode == "2.0" else partial(edit_denoise, mode=mode)
-    for frame in loop(den, canvas, Sampling(temperature=0.0), ban=False):
-        ids = frame._ids.tolist()
-        if before is not None and not frame.done:
-            changed = [p for p in range(len(ids)) if ids[p] != before[p]]
-            passes.append({"committed": [[p, ids[p]] for p in changed if before[p] == g["mask_id"]],
-                           "edited": [[p, before[p], ids[p]] for p in changed if before[p] != g["mask_id"]]})
-            span = frame.spans[0]  # the editor's view: edited slots are marked, with the token they held
-            for p, old, new in passes[-1]["edited"]:
-                assert span.states[p - len(prompt)] == "edited" and span.replaced[p - len(prompt)] == old
-            assert all(s != "edited" for p, s in enumerate(span.states) if p + len(prompt) not in {e[0] for e in passes[-1]["edited"]})
-        before = ids
-        final = frame
-    return list(final.final_ids[0][0]), passes, final.edit_counts
-
-
-def test_llada20_decode_without_editing_equals_the_release_generate(llada2):
-    """--editing off: the block-causal loop with LLaDA2.0's rule (every masked token above 0.95, at
-    least one a step) writes the tokens of LLaDA2.0's own generate, step for step."""
-    den = load_denoiser(llada2["2.1"])
-    assert den.spec.block.threshold == 0.95
-    reference = GOLDEN["decode_2.0"]["modes"]["2.0"]
-    result, passes, counts = _decode_passes(den, "2.0")
-    assert result == reference["result"] and counts is None
-    assert passes == [{"committed": p["committed"], "edited": []} for p in reference["passes"]]
-
-
-@pytest.mark.parametrize("mode", ["quality", "speed"])
-def test_llada21_editing_decode_equals_the_release_generate_token_for_token_and_edit_for_edit(llada2, mode):
-    den = load_denoiser(llada2["2.1"])
-    reference = GOLDEN["decode"]["modes"][mode]
-    result, passes, counts = _decode_passes(den, mode)
-    assert result == reference["result"]
-    assert passes == [{"committed": p["committed"], "edited": p["edited"]} for p in reference["passes"]]
-    commits = sum(len(p["committed"]) for p in reference["passes"])
-    edits = sum(len(p["edited"]) for p in reference["passes"])
-    assert counts == ((commits, edits),) and edits > 0  # both modes edit on this checkpoint
-
-
 # --- quantized experts -----------------------------------------------------------------------------
 
 
@@ -346,53 +286,6 @@ def test_quantize_reaches_the_experts(tmp_path, kind):
     got = run_quantized_experts(x, chosen, weights, layer.quantized)
     error = ((got - exact).norm() / exact.norm()).item()
     assert 0 < error < (0.02 if kind == "int8" else 0.25)  # a mixed-up expert gives ~1.4
-
-
-# --- LLaDA2.1 through the front ends -----------------------------------------------------------------
-
-TEXT = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"
-
-
-def test_llada21_headless_json_counts_commits_and_edits_and_keeps_the_text_outside(llada2, tmp_path):
-    import subprocess
-    import sys
-
-    target = tmp_path / "a.py"
-    target.write_text(TEXT)
-    runs = {}
-    for mode in ("quality", "off"):
-        proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:5-2:17", "--model",
-                               str(llada2["2.1"]), "--json", "--editing", mode], capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        runs[mode] = json.loads(proc.stdout)
-    out = runs["quality"]
-    assert out["text"].startswith("def add(a, b):\n    ") and out["text"].endswith("\n\n\nprint(add(1, 2))\n")
-    span = out["spans"][0]
-    assert span["commits"] > 0 and span["edits"] > 0  # this checkpoint's decode edits in quality mode
-    assert "edits" not in runs["off"]["spans"][0]  # no editing loop, no counts
-    assert target.read_text() == TEXT
-
-
-def test_llada21_frames_show_an_edit_and_the_preview_draws_it(llada2):
-    from sharpen.app.tui.preview import EDITED as EDITED_KIND
-    from sharpen.app.tui.preview import span_pieces
-    from sharpen.core.engine import run_edit
-    from sharpen.core.settings import Sampling
-    from sharpen.core.spans import Span
-
-    den = load_denoiser(llada2["2.1"])
-    start = TEXT.index("return")
-    seen = []
-    for edit_frame in run_edit(den, TEXT, [Span(start, start + len("return a + b"), mode="infill")], Sampling(editing="quality")):
-        span = edit_frame.frame.spans[0]
-        if "edited" in span.states:
-            seen.append(span)
-    assert seen  # at least one step replaced a committed token
-    span = seen[0]
-    p = span.states.index("edited")
-    assert span.replaced[p] is not None and span.replaced[p] != span.tokens[p]
-    pieces = span_pieces(span.tokens, span.confidence, lambda toks: [den.tokenizer.decode([t]) for t in toks], set(), span.noise, span.states)
-    assert EDITED_KIND in {piece.kind for piece in pieces}
 
 
 # --- sizes: total for memory, active for speed -------------------------------------------------------
@@ -446,42 +339,6 @@ def test_llada2_load_peak_stays_near_the_loaded_size(tmp_path, dtype, quantize):
         assert m["peak"] <= 0.5 * float32_bytes(ckpt), (m["peak"] / float32_bytes(ckpt), m)
 
 
-async def test_llada21_in_the_editor_draws_edits_and_tab_keeps_the_text_outside(llada2, tmp_path, monkeypatch):
-    """The editor runs LLaDA2.1's editing decode: some preview frame draws an edited token as an
-    edit (frames paced so none is coalesced away), Tab applies the result with the text outside
-    the span unchanged."""
-    import sharpen.app.tui.model_runner as model_runner
-    from pilot import make_app, select_line, wait_for, with_model
-
-    from sharpen.app.config import Config
-    from sharpen.app.tui.editor_pane import PREVIEW
-
-    kinds: set[str] = set()
-    draft = model_runner.draft_pieces
-
-    def recording(progress):
-        pieces = draft(progress)
-        kinds.update(piece.kind for span in pieces for piece in span)
-        return pieces
-
-    monkeypatch.setattr(model_runner, "draft_pieces", recording)
-    source = tmp_path / "a.py"
-    source.write_text(TEXT)
-    app = make_app([source], Config.of(frame_rate=240, min_step_ms=20, editing="quality"))
-    async with app.run_test(size=(100, 32)) as pilot:
-        await with_model(app, pilot, load_denoiser(llada2["2.1"]))
-        pane = app.active_pane()
-        editor = pane.editor
-        select_line(editor, 1)
-        start, end = editor.selected_offsets()
-        await pilot.press("alt+i")
-        await wait_for(pilot, lambda: pane.phase == PREVIEW, timeout=120)
-        assert "edited" in kinds and "masked" in kinds
-        await pilot.press("tab")
-        new = editor.buffer_text
-        assert new[:start] == TEXT[:start] and new.endswith(TEXT[end:])
-
-
 def test_llada2_with_the_release_ids_and_vocabulary(tmp_path):
     """The release's special ids (mask 156895, <|endoftext|> 156892) in a 157,184-row embedding,
     with a tiny vocabulary below them: the ids come from the tokenizer, the end tokens stay
@@ -512,26 +369,3 @@ def test_sdar_moe_int8_experts_of_an_odd_width_run(tmp_path):
     with torch.inference_mode():
         logits = den.model(torch.randint(0, 300, (1, 9), generator=torch.Generator().manual_seed(3)))
     assert torch.isfinite(logits).all()
-
-
-def test_llada21_editing_leaves_a_rewrites_kept_draft_alone(llada2):
-    """A rewrite's kept tokens are the user's text, not the model's commits: the editing decode
-    fills and edits the re-noised slots only (speed mode, a seed whose run edits)."""
-    from sharpen.core.loops.editing import edit_denoise
-    from sharpen.core.prompted import prompt_canvas
-    from sharpen.core.settings import Sampling
-    from sharpen.core.spans import Span
-
-    den = load_denoiser(llada2["2.1"])
-    start = TEXT.index("return")
-    span = Span(start, start + len("return a + b"), mode="rewrite", strength=0.5)
-    canvas = prompt_canvas(TEXT, span, den.tokenizer, den.spec, "chat", 1024, den.max_len, seed=2)
-    slots = canvas.slots[0]
-    kept = {p: canvas.ids[p] for p in slots if canvas.ids[p] != den.spec.mask_id}
-    assert kept and len(kept) < len(slots)
-    frames = list(edit_denoise(den, canvas, Sampling(), mode="speed"))
-    final = frames[-1].final_ids[0][0]
-    assert all(final[p - slots.start] == token for p, token in kept.items())
-    assert frames[-1].edit_counts[0][1] > 0  # it did edit its own commits
-    edited = {p for f in frames for p, state in zip(slots, f.spans[0].states) if state == "edited"}
-    assert edited and not edited & set(kept)

@@ -16,7 +16,6 @@ from ..derived import Derived, stacked_experts
 from ..model import ModelConfig
 from ..moe import MoESpec
 from . import sdar
-from .family import Family
 
 _LAYER = "model.layers.{i}."
 EXPERTS = _LAYER + "mlp.experts.{part}"  # derived names: the packed experts of layer i
