@@ -46,6 +46,7 @@ class CompiledStep:
         self.model = model
         self.pad_id = pad_id
         self.notify = notify or log.warning
+        self.backend = backend
         options = {"mode": mode} if backend == "inductor" else {}
         # Whole-canvas passes with and without a cache and cached steps are three graphs, each
         # recompiled once when its sizes turn dynamic: more than dynamo's default budget of 8,
@@ -99,10 +100,15 @@ class CompiledStep:
             except torch.OutOfMemoryError:
                 raise  # not the compiler's fault: the caller turns it into advice
             except Exception as exc:  # any failure to compile, trace or record: eager from now on
-                self.compiled = None
-                self.failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'}"
-                self.notify(f"sharpen: the compiled step failed ({self.failure}); running eagerly from now on")
+                self.fail(exc)
         return self.model.scores(*args)
+
+    def fail(self, exc: Exception) -> None:
+        """Run eagerly from now on (the step and its sampling math), saying why in one line, once."""
+        self.compiled = None
+        if self.failure is None:
+            self.failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'}"
+            self.notify(f"sharpen: the compiled step failed ({self.failure}); running eagerly from now on")
 
     def warm_up(self, new_cache: Callable[[int, int], KVCache], progress: Callable[[str], None], batch: int = 1,
                 canvas: int = 256, block: int = 32) -> None:
@@ -121,6 +127,29 @@ class CompiledStep:
                 self(ids[:, run], run, cache, torch.arange(block, device=device))
         if self.compiled is not None:
             progress(f"sharpen: compiled step ready ({time.perf_counter() - started:.0f} s)")
+
+
+class CompiledSampler:
+    """A step's sampling math (core/loops/masked.py `_choose`) through torch.compile's default
+    mode: softmax, the draw, scores and commits fuse into a few kernels instead of some forty
+    launches. No CUDA graph: its shapes follow each block (the last one is shorter), and one
+    graph per shape is not worth it for a few kernels. It shares its step's fate: the first
+    failure of either runs both eagerly from then on, with one line."""
+
+    def __init__(self, fn: Callable, step: CompiledStep) -> None:
+        self.fn, self.step = fn, step
+        self.compiled: Callable | None = torch.compile(fn, backend=step.backend, dynamic=None)
+
+    def __call__(self, *args):
+        if self.compiled is not None and self.step.failure is None:
+            try:
+                return self.compiled(*args)
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as exc:
+                self.step.fail(exc)
+        self.compiled = None
+        return self.fn(*args)
 
 
 def _pad_repeating(index: torch.Tensor, size: int) -> torch.Tensor:

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .compiled import CompiledStep
+from .compiled import CompiledSampler, CompiledStep
 from .errors import ModelError
 from .model import FULL, Attend, KVCache, Transformer
 from .settings import PROMPT_FORMS
@@ -149,6 +149,7 @@ class Denoiser:
         self._kept_cache: KVCache | None = None
         self._scores = model.scores  # a step's pass and projection; compile() swaps in the compiled one
         self._step: CompiledStep | None = None  # set by compile: bucketed shapes, eager fallback
+        self._samplers: dict = {}  # the loop's sampling math, compiled alongside (compiled_sampler)
         self._check_finite = True  # the next pass is checked (first after loading, first of each cached run)
 
     @property
@@ -238,6 +239,15 @@ class Denoiser:
             return kept
         except torch.OutOfMemoryError:
             raise ModelError(OUT_OF_MEMORY) from None
+
+    def compiled_sampler(self, fn):
+        """`fn` (the loop's sampling math) compiled alongside the step once this denoiser is
+        compiled (core/compiled.py CompiledSampler), else `fn` itself."""
+        if self._step is None:
+            return fn
+        if fn not in self._samplers:
+            self._samplers[fn] = CompiledSampler(fn, self._step)
+        return self._samplers[fn]
 
     def compile(self, mode: str = "default", backend: str = "inductor", notify=None, progress=None) -> None:
         """Compile the backbone's passes with torch.compile (see COMPILE_MODES and core/compiled.py).

@@ -120,6 +120,8 @@ def denoise(
     run_key = torch.tensor(seed_key(settings.seed), dtype=torch.long, device=device)
     step_key = torch.zeros((), dtype=torch.long, device=device)
     planned = rules.reads == "planned" or (rules.reads == "auto" and device.type == "cuda")
+    # A compiled denoiser compiles the step's sampling math too (fused kernels, not one per op).
+    choose = denoiser.compiled_sampler(_choose) if hasattr(denoiser, "compiled_sampler") else _choose
     if canvas.rows:  # candidates: each row its own start, each sampled `samples` times
         x = torch.tensor(canvas.rows, device=device).repeat_interleave(settings.samples, dim=0)  # [B, T]
     else:
@@ -164,6 +166,9 @@ def denoise(
         opening_rows = torch.tensor(opening_rows, device=device)[:, None] if opening_rows else None  # [F, 1]
         final_step = 2 * block_steps - 1 if rules.remask_below else block_steps - 1
         generated = torch.zeros(B, len(block), dtype=torch.bool, device=device)  # committed here, so re-maskable
+        # Steps left after each step of the block, on the device (a graph reads it as data): the
+        # quota spreads what is masked over them; 1 from the block's budget on (its last step).
+        steps_left = torch.arange(block_steps, block_steps - final_step - 1, -1, device=device).clamp_min(1)  # [final_step + 1]
         block_rows = (torch.arange(B, device=device)[:, None] * T + block).reshape(-1)  # [B*P] each row's place, for its draws
         with torch.inference_mode():
             if not bool((x[:, block] == mask_id).any()):  # at its start: already filled (pads)?
@@ -200,17 +205,8 @@ def denoise(
                     _update_guesses(all_logits, x, slot_positions, guesses, confidence, mask_id)
                     logits = all_logits[:, _index_in(slot_positions, block)]  # [B, P, V]
 
-                V = logits.shape[-1]
-                logits = logits.index_fill(-1, banned, float("-inf"))  # never propose the mask, control bytes, stray specials
-                if opening_rows is not None:  # never pad/eos in an infill's first slot: never an empty infill
-                    logits[:, opening_rows, end_ids] = float("-inf")
-                proposal, p_token, ranking = kernels.propose_and_score(
-                    logits.reshape(-1, V), settings.temperature, settings.top_k, settings.top_p, settings.policy, generator, impl,
-                    active.reshape(-1), denoiser.spec.tempered_scores, noise_keys,
-                )
-                proposal, p_token, ranking = (t.view(B, -1) for t in (proposal, p_token, ranking))  # [B, P]
-                steps_left = 1 if last else max(1, block_steps - block_step)
-                commit = _commits(proposal, p_token, ranking, active, steps_left, end_ids, settings, rules, impl)  # [B, P]
+                logits, proposal, p_token, commit = choose(logits, active, noise_keys, steps_left[block_step], banned, opening_rows,
+                                                           end_ids, settings, rules, impl, denoiser.spec.tempered_scores)
 
                 if rules.remask_below and not last:
                     # Committed earlier, improbable under the fuller context now: back to mask.
@@ -275,7 +271,24 @@ class _Finished:
         return not bool(left)
 
 
-def _commits(proposal, p_token, ranking, active, steps_left: int, end_ids, settings: Sampling, rules: LoopRules, impl):
+def _choose(logits, active, noise_keys, steps_left, banned, opening_rows, end_ids, settings: Sampling, rules: LoopRules,
+            impl: str, tempered: bool):
+    """A step's sampling math, from the block's logits [B, P, V] to (the filtered logits, the
+    proposals, their probabilities, which of them commit), each [B, P] but the logits. Tensors
+    and settings only, no host reads and no generator: what a compiled denoiser compiles."""
+    B, V = active.shape[0], logits.shape[-1]
+    logits = logits.index_fill(-1, banned, float("-inf"))  # never propose the mask, control bytes, stray specials
+    if opening_rows is not None:  # never pad/eos in an infill's first slot: never an empty infill
+        logits[:, opening_rows, end_ids] = float("-inf")
+    proposal, p_token, ranking = kernels.propose_and_score(
+        logits.reshape(-1, V), settings.temperature, settings.top_k, settings.top_p, settings.policy, None, impl,
+        active.reshape(-1), tempered, noise_keys,
+    )
+    proposal, p_token, ranking = (t.view(B, -1) for t in (proposal, p_token, ranking))  # [B, P]
+    return logits, proposal, p_token, _commits(proposal, p_token, ranking, active, steps_left, end_ids, settings, rules, impl)
+
+
+def _commits(proposal, p_token, ranking, active, steps_left, end_ids, settings: Sampling, rules: LoopRules, impl):
     """Which proposals of a block commit this step: [B, P] bool.
 
     An even share of what is still masked (all of it on the block's last step), plus, with
