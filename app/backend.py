@@ -31,18 +31,20 @@ class Backend(Protocol):
 class LocalBackend:
     """A model in this process: loaded once (`load`), run through its Runner."""
 
-    def __init__(self, request: ModelRequest = ModelRequest(), quiet: bool = True, editor: bool = False, max_waiting: int = 16) -> None:
+    def __init__(self, request: ModelRequest = ModelRequest(), quiet: bool = True, editor: bool = False, max_waiting: int = 16,
+                 batch: int = 1) -> None:
         self.request, self.quiet, self.editor, self.max_waiting = request, quiet, editor, max_waiting
+        self.batch = batch  # runs sharing one forward pass per step (core/batch.py); 1: one at a time
         self.runner = None  # core.run.Runner once loaded
         self._loading = threading.Lock()
 
     @classmethod
-    def of(cls, denoiser, max_waiting: int = 16) -> "LocalBackend":
+    def of(cls, denoiser, max_waiting: int = 16, batch: int = 1) -> "LocalBackend":
         """A backend around a model already loaded (tests, benchmarks, bench/soak.py)."""
         from ..core.run import Runner
 
-        backend = cls(max_waiting=max_waiting)
-        backend.runner = Runner(denoiser, max_waiting)
+        backend = cls(max_waiting=max_waiting, batch=batch)
+        backend.runner = Runner(denoiser, max_waiting, batch)
         return backend
 
     def load(self):
@@ -51,7 +53,7 @@ class LocalBackend:
                 from ..core.run import Runner
                 from .model_choice import load_model
 
-                self.runner = Runner(load_model(self.request, quiet=self.quiet, editor=self.editor), self.max_waiting)
+                self.runner = Runner(load_model(self.request, quiet=self.quiet, editor=self.editor), self.max_waiting, self.batch)
         return self.runner.info
 
     def describe(self):

@@ -5,9 +5,12 @@
 Starts a server process on a free loopback port, then for each client count runs that many
 threads, each sending `--requests` fill-in-the-middle completions (/v1/completions with a
 suffix, different places in a few real files, seeds per request), and prints aggregate tokens
-per second, requests per second and latency percentiles. The server runs one request on the
-model at a time (core.run.Runner: arrival order), so more clients show queueing: the aggregate
-stays near one client's and latency grows with the line. Prints a table; asserts nothing.
+per second, requests per second and latency percentiles. It does so twice in one run: with the
+server's continuous batching (--max-batch 8: concurrent runs share one forward pass per step,
+core/batch.py) and one run at a time (--max-batch 1), so the table compares the two on the same
+machine within minutes. The server's own CPU seconds per request (utime + stime from /proc)
+show the work batching saves even where other processes share the cores and wall times scatter.
+Prints a table; asserts nothing.
 """
 from __future__ import annotations
 
@@ -28,9 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ["examples/fizzbuzz.py", "core/changes.py", "core/spans.py", "app/specs.py"]
 
 
-def start_server(model: str | None) -> tuple[subprocess.Popen, int, object]:
+def start_server(model: str | None, batch: int) -> tuple[subprocess.Popen, int, object]:
     log = tempfile.TemporaryFile("w+b")
-    args = [sys.executable, "-m", "sharpen.app.cli", "serve", "--port", "0", "--max-waiting", "64"] + (["--model", model] if model else [])
+    args = [sys.executable, "-m", "sharpen.app.cli", "serve", "--port", "0", "--max-waiting", "64", "--max-batch", str(batch)]
+    args += ["--model", model] if model else []
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT)
     deadline = time.monotonic() + 300
     while True:
@@ -68,7 +72,16 @@ def ask(port: int, body: dict) -> tuple[float, int]:
     return time.perf_counter() - started, int(data["usage"]["completion_tokens"])
 
 
-def round_of(port: int, clients: int, requests: int, max_tokens: int) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time so far (Linux /proc; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def round_of(port: int, clients: int, requests: int, max_tokens: int, pid: int) -> dict:
     work = jobs(clients * requests, max_tokens)
     latencies: list[float] = []
     tokens = [0]
@@ -82,16 +95,18 @@ def round_of(port: int, clients: int, requests: int, max_tokens: int) -> dict:
                 tokens[0] += n
 
     threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    cpu = cpu_seconds(pid)
     started = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - started
+    cpu = cpu_seconds(pid) - cpu
     latencies.sort()
     return {"clients": clients, "requests": len(latencies), "tokens": tokens[0], "wall": wall,
             "tok_s": tokens[0] / wall, "req_s": len(latencies) / wall, "p50": statistics.median(latencies),
-            "p95": latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]}
+            "p95": latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))], "cpu": cpu / len(latencies)}
 
 
 def main() -> None:
@@ -100,20 +115,29 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=6, help="requests per client (default 6)")
     parser.add_argument("--max-tokens", type=int, default=32, help="slots per completion (default 32)")
     parser.add_argument("--clients", default="1,2,4,8", help="client counts (default 1,2,4,8)")
+    parser.add_argument("--batch", default="8,1", help="the server's --max-batch values to compare (default 8,1: batched, one at a time)")
     args = parser.parse_args()
-    process, port, log = start_server(args.model)
-    try:
-        ask(port, jobs(1, args.max_tokens)[0])  # warm-up: first-call costs stay out of the table
-        rows = [round_of(port, int(c), args.requests, args.max_tokens) for c in args.clients.split(",")]
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(30)
-    base = rows[0]["tok_s"]
+    tables = []
+    for batch in [int(b) for b in args.batch.split(",")]:
+        process, port, log = start_server(args.model, batch)
+        try:
+            ask(port, jobs(1, args.max_tokens)[0])  # warm-up: first-call costs stay out of the table
+            tables.append((batch, [round_of(port, int(c), args.requests, args.max_tokens, process.pid) for c in args.clients.split(",")]))
+        finally:
+            process.send_signal(signal.SIGINT)
+            process.wait(30)
     print(f"sharpen serve, {args.model or 'embedded model'}, {args.max_tokens} slots per completion, {os.cpu_count()} CPUs visible")
-    print(f"{'clients':>7} {'requests':>8} {'tokens':>7} {'wall s':>7} {'tok/s':>8} {'x one':>6} {'req/s':>6} {'p50 s':>6} {'p95 s':>6}")
-    for r in rows:
-        print(f"{r['clients']:>7} {r['requests']:>8} {r['tokens']:>7} {r['wall']:>7.2f} {r['tok_s']:>8.1f} {r['tok_s'] / base:>6.2f} "
-              f"{r['req_s']:>6.2f} {r['p50']:>6.3f} {r['p95']:>6.3f}")
+    print("batch: the server's --max-batch (1: one run at a time); x one: aggregate tok/s over one client's at the same batch;\n"
+          "x serial: over the last batch listed at the same client count; cpu/req: the server's CPU seconds per request")
+    serial = {r["clients"]: r["tok_s"] for r in tables[-1][1]}  # the last mode listed (1 by default)
+    print(f"{'batch':>5} {'clients':>7} {'requests':>8} {'tokens':>7} {'wall s':>7} {'tok/s':>8} {'x one':>6} {'x serial':>8} "
+          f"{'req/s':>6} {'p50 s':>6} {'p95 s':>6} {'cpu/req':>7}")
+    for batch, rows in tables:
+        base = rows[0]["tok_s"]
+        for r in rows:
+            versus = r["tok_s"] / serial[r["clients"]] if r["clients"] in serial else float("nan")
+            print(f"{batch:>5} {r['clients']:>7} {r['requests']:>8} {r['tokens']:>7} {r['wall']:>7.2f} {r['tok_s']:>8.1f} "
+                  f"{r['tok_s'] / base:>6.2f} {versus:>8.2f} {r['req_s']:>6.2f} {r['p50']:>6.3f} {r['p95']:>6.3f} {r['cpu']:>7.3f}")
 
 
 if __name__ == "__main__":

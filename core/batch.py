@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 import torch
@@ -46,6 +46,14 @@ log = logging.getLogger(__name__)
 # model on a CPU); a run held up longer (its client reads slowly) must not stall the others.
 MAX_WAIT = 0.02  # seconds
 
+# Rows one packed pass holds at most; the rest of a step's passes go into further packs, each run
+# by a thread of its own runs, side by side. Packing pays for a cached step's few rows per run
+# (their launches and weight reads are shared: 4 runs' 8-row steps cost 1.5x one, not 4x, on
+# this 2-core CPU) and not for whole canvases, whose matmuls are already big: 4 canvases of 200
+# rows packed cost 1.24x the four one after another (their activations leave the cache), so a
+# whole-canvas pass runs in its own pack, in parallel with the others where cores are free.
+ROWS_PER_PASS = 128
+
 
 def batchable(denoiser) -> bool:
     """Whether runs on `denoiser` can share passes: sharpen's own backbone run eagerly (a compiled
@@ -57,7 +65,7 @@ def batchable(denoiser) -> bool:
             and denoiser.spec.loop == "masked")
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: a pass is one run's, once
 class Pass:
     """One run's forward pass of one step, as Transformer.scores takes it."""
 
@@ -68,6 +76,7 @@ class Pass:
     logits: torch.Tensor | None = None  # [b, W, V] once run
     error: BaseException | None = None
     done: bool = False
+    pack: list["Pass"] | None = None  # set on a pack's first pass: its thread runs the pack
 
 
 def packed_scores(model: Transformer, passes: list[Pass]) -> list[torch.Tensor]:
@@ -103,16 +112,16 @@ def packed_scores(model: Transformer, passes: list[Pass]) -> list[torch.Tensor]:
 class StepBatcher:
     """Gathers the passes of the runs on one model into one forward pass per step."""
 
-    def __init__(self, denoiser: Denoiser, max_wait: float = MAX_WAIT) -> None:
+    def __init__(self, denoiser: Denoiser, max_wait: float = MAX_WAIT, rows: int = ROWS_PER_PASS) -> None:
         self.denoiser = denoiser
         self.max_wait = max_wait
+        self.rows = rows  # most rows in one packed pass (ROWS_PER_PASS)
         self._changed = threading.Condition()
         self._members = 0  # runs inside member(): each hands in one pass per step
         self._pending: list[Pass] = []
         self._since = 0.0  # when the oldest pending pass was handed in
-        self._running = False  # a thread is running a packed pass
         self.passes = 0  # packed forward passes run
-        self.rows_per_pass: list[int] = []  # how many runs' passes each packed pass held (tests, bench)
+        self.rows_per_pass: list[int] = []  # how many runs' passes each packed pass held, in the order they formed (tests)
 
     @contextmanager
     def member(self) -> Iterator["BatchedDenoiser"]:
@@ -134,21 +143,41 @@ class StepBatcher:
             self._pending.append(work)
             self._changed.notify_all()
             while not work.done:
-                waited = time.perf_counter() - self._since
-                if not self._running and self._pending and (len(self._pending) >= self._members or waited >= self.max_wait):
-                    batch, self._pending, self._running = self._pending, [], True
+                if work.pack is not None:  # a pack whose first pass is this run's: run it here
+                    pack, work.pack = work.pack, None
                     self._changed.release()
                     try:
-                        self._run(batch)
+                        self._run(pack)
                     finally:
                         self._changed.acquire()
-                        self._running = False
                         self._changed.notify_all()
+                    continue
+                waited = time.perf_counter() - self._since
+                if self._pending and work in self._pending and (len(self._pending) >= self._members or waited >= self.max_wait):
+                    for pack in self._packs(self._pending):
+                        pack[0].pack = pack  # each pack runs in the thread of its first run
+                        self.passes += 1
+                        self.rows_per_pass.append(len(pack))
+                    self._pending = []
+                    self._changed.notify_all()
                 else:
                     self._changed.wait(max(self.max_wait - waited, 0.001) if self._pending else None)
         if work.error is not None:
             raise work.error
         return work.logits
+
+    def _packs(self, passes: list[Pass]) -> list[list[Pass]]:
+        """The step's passes in packs of at most `rows` rows (a bigger pass is a pack of its own)."""
+        packs: list[list[Pass]] = []
+        rows = 0
+        for work in sorted(passes, key=lambda w: w.ids.numel()):
+            if packs and rows + work.ids.numel() <= self.rows:
+                packs[-1].append(work)
+                rows += work.ids.numel()
+            else:
+                packs.append([work])
+                rows = work.ids.numel()
+        return packs
 
     def _run(self, batch: list[Pass]) -> None:
         """One packed pass for `batch`; if it fails, each pass alone, so only a broken run fails."""
@@ -159,8 +188,6 @@ class StepBatcher:
         except Exception:  # noqa: BLE001 - each pass is retried alone below and fails on its own
             log.debug("a packed pass of %d runs failed; running them one by one", len(batch), exc_info=True)
             results = None
-        self.passes += 1
-        self.rows_per_pass.append(len(batch))
         for i, work in enumerate(batch):
             try:
                 if results is not None:

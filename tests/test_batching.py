@@ -97,7 +97,8 @@ def test_four_runs_batched_equal_each_run_alone_token_for_token(embedded):
     alone = [fingerprint(Runner(embedded).result(r)) for r in requests()]
     runner = Runner(embedded, batch=4)
     assert runner.batcher is not None
-    runner.batcher.max_wait = 1.0  # each pass waits for all four: every step is shared
+    runner.batcher.max_wait = 1.0  # each pass waits for all four
+    runner.batcher.rows = 10**6  # and packs them all, whole canvases too: every step is shared
     events = run_together(runner, requests())
     assert [fingerprint(e[-1]) for e in events] == alone
     # Frames per run, as alone: step 0 .. n, then the result.

@@ -449,5 +449,7 @@ def test_serve_bench_prints_a_row_per_client_count():
                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines() if line.split() and line.split()[0].isdigit()]
-    assert [r[0] for r in rows] == ["1", "2"] and [r[1] for r in rows] == ["1", "2"]  # clients, requests
-    assert rows[0][5] == "1.00"  # the x-one column is relative to one client
+    # Batched (--max-batch 8) and one at a time (1), in one run: batch, clients, requests.
+    assert [r[:3] for r in rows] == [["8", "1", "1"], ["8", "2", "2"], ["1", "1", "1"], ["1", "2", "2"]]
+    assert rows[0][6] == rows[2][6] == "1.00"  # the x-one column is relative to one client at the same batch
+    assert rows[2][7] == rows[3][7] == "1.00"  # x serial: one at a time against itself

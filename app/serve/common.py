@@ -27,6 +27,9 @@ class Limits:
     tokens: int = 512  # slots one span may ask for (n_predict, max_tokens); the model's own room caps it further
     seconds: float = 120.0  # a run's wall time, waiting in line included (then it ends: 504, or what was committed)
     waiting: int = 16  # runs in line for the model before new ones get 503 + Retry-After
+    # Runs sharing one forward pass per step (core/batch.py; the others wait in line). 8: the
+    # most clients bench/serve.py measures; each costs a run's KV cache, nothing more.
+    batch: int = 8
 
 
 class HTTPError(Exception):

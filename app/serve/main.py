@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--max-body", type=int, default=Limits.body_bytes, metavar="BYTES", help=f"request body size (default {Limits.body_bytes})")
     limits.add_argument("--max-seconds", type=float, default=Limits.seconds, metavar="S", help=f"a run's wall time, waiting included (default {Limits.seconds:g})")
     limits.add_argument("--max-waiting", type=int, default=Limits.waiting, metavar="N", help=f"runs in line before 503 (default {Limits.waiting})")
+    limits.add_argument("--max-batch", type=int, default=Limits.batch, metavar="N",
+                        help=f"runs sharing one forward pass per step; 1: one at a time (default {Limits.batch})")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="warning", help="server log on stderr (default warning)")
     add_settings(parser, ModelRequest, "model (also [model] in the config file)")
     add_settings(parser, Sampling, "default sampling; a request overrides it per field")
@@ -69,7 +71,7 @@ def serve(argv: list[str]) -> int:
         raise UsageError(f"--host {args.host} is reachable from other machines: set a key in ${KEY_ENV} (or --api-key)")
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be between 0 and 65535")
-    for name in ("max_request_tokens", "max_body", "max_waiting"):
+    for name in ("max_request_tokens", "max_body", "max_waiting", "max_batch"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if not args.max_seconds > 0:
@@ -80,7 +82,7 @@ def serve(argv: list[str]) -> int:
         config = config.layered(by_section(given))
     except SettingError as exc:
         raise UsageError(f"--{exc.name.replace('_', '-')} {exc.rule}") from None
-    limits = Limits(args.max_body, args.max_request_tokens, args.max_seconds, args.max_waiting)
+    limits = Limits(args.max_body, args.max_request_tokens, args.max_seconds, args.max_waiting, args.max_batch)
     sock = bind(args.host, args.port)  # before the model loads: a port in use fails at once
     logging.basicConfig(level=args.log_level.upper(), format="sharpen serve: %(levelname)s %(name)s: %(message)s")
 
@@ -88,7 +90,7 @@ def serve(argv: list[str]) -> int:
     from .app import build_app
     from .common import Server
 
-    backend = LocalBackend(config.model, quiet=False, max_waiting=limits.waiting)
+    backend = LocalBackend(config.model, quiet=False, max_waiting=limits.waiting, batch=limits.batch)
     info = backend.load()
     server = Server(backend, info, limits, config.sampling, config.editing, api_key=key)
     host, port = sock.getsockname()[:2]
