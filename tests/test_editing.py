@@ -115,6 +115,7 @@ def test_llada21_frames_show_an_edit_and_the_preview_draws_it(llada2):
     start = TEXT.index("return")
     seen = []
     for edit_frame in run_edit(den, TEXT, [Span(start, start + len("return a + b"), mode="infill")], Sampling(editing="quality")):
+        assert edit_frame.frame.step <= edit_frame.frame.total_steps  # progress never runs past its end
         span = edit_frame.frame.spans[0]
         if "edited" in span.states:
             seen.append(span)

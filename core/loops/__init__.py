@@ -27,7 +27,7 @@ from ..model import Attend, KVCache
 from ..settings import Sampling
 from ..tokenizer import Tokenizer
 from .block import chained
-from .editing import edit_denoise
+from .editing import edit_denoise, edit_steps_per_block
 from .subblock import subblock_denoise
 from .frame import SLOT_STATES, Frame, SpanState
 from .masked import LoopRules, denoise
@@ -103,7 +103,8 @@ def _block_causal(denoiser, canvases: tuple[Canvas, ...], settings: Sampling, sh
     # One prompt canvas per span (core/prompted.py), run one after another; a release that edits
     # its own tokens (LLaDA2.1) runs its editing decode unless the user turned editing off.
     if denoiser.spec.block.edits and settings.editing != "off":
-        return chained(denoiser, canvases, settings, should_stop, one=partial(edit_denoise, mode=settings.editing))
+        return chained(denoiser, canvases, settings, should_stop, one=partial(edit_denoise, mode=settings.editing),
+                       per_block=edit_steps_per_block(denoiser.spec.block.size))
     if denoiser.spec.block.sub_block:  # Fast-dLLM v2: sub-blocks and its token shift (subblock.py)
         return chained(denoiser, canvases, settings, should_stop, one=subblock_denoise)
     return chained(denoiser, canvases, settings, should_stop)

@@ -172,10 +172,11 @@ def block_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), sho
 
 
 def chained(denoiser, canvases: tuple[Canvas, ...], settings: Sampling = Sampling(), should_stop: Callable[[], bool] = lambda: False,
-            ban: bool = True, one: Callable[..., Iterator[Frame]] = block_denoise) -> Iterator[Frame]:
+            ban: bool = True, one: Callable[..., Iterator[Frame]] = block_denoise, per_block: int | None = None) -> Iterator[Frame]:
     """Several spans one after another, each its own prompt canvas (core/prompted.py), as one
     run's frames: earlier spans show their result, the running one its blocks, later ones masks.
-    `one` runs one canvas (block_denoise, or core/loops/editing.py's edit_denoise)."""
+    `one` runs one canvas (block_denoise, or core/loops/editing.py's edit_denoise); `per_block`,
+    the most steps it takes per block where that is not the steps setting (an editing loop's)."""
     mask_id = denoiser.spec.mask_id
     lengths = [len(c.slots[0]) for c in canvases]
     starts = [sum(lengths[:j]) for j in range(len(lengths))]
@@ -185,7 +186,7 @@ def chained(denoiser, canvases: tuple[Canvas, ...], settings: Sampling = Samplin
     state, replaced = slot_states(shown, mask_id), torch.zeros_like(shown)  # the running span's edited slots pass through
     counts: list[tuple[int, int]] = []
     size = denoiser.spec.block.size
-    steps = min(size, settings.steps or size)
+    steps = per_block or min(size, settings.steps or size)
     total = sum((-(-len(c.ids) // size) - c.slots[0].start // size) * steps for c in canvases)
     finals, final_conf, scores = [], [], []
     base, started = 0, time.perf_counter()

@@ -38,6 +38,11 @@ MAX_POST_STEPS = 16  # editing-only steps after a block's masks are gone (the re
 MIN_TRANSFER = 1  # masked positions committed per step at the least (the release's num_to_transfer)
 
 
+def edit_steps_per_block(size: int, max_post_steps: int = MAX_POST_STEPS) -> int:
+    """The most steps a block takes: one commit a step at the least, then the editing-only steps."""
+    return size + max_post_steps
+
+
 def mask_commits(p_token: torch.Tensor, masked: torch.Tensor, threshold: float) -> torch.Tensor:
     """[B, P]: masked positions above `threshold`, or, where fewer than MIN_TRANSFER are, the
     MIN_TRANSFER most confident masked ones (the release's rule)."""
@@ -98,7 +103,8 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
             counts = ((int(commits[0, slots.start:slots.stop].sum()), int(edits[0, slots.start:slots.stop].sum())),)
         state = slot_states(x[0, :n], mask_id)
         state = torch.where(edited_now[:n], torch.full_like(state, EDITED), state)
-        return Frame(step, len(blocks) * size, time.perf_counter() - started, done, "block-causal", x[0, :n].clone(),
+        total = len(blocks) * edit_steps_per_block(size, max_post_steps)  # a bound: a block usually settles sooner
+        return Frame(step, total, time.perf_counter() - started, done, "block-causal", x[0, :n].clone(),
                      confidence[0, :n].clone(), guesses[0, :n].clone(), state, canvas.slots, final, scores, final_conf,
                      _replaced=replaced[:n].clone(), edit_counts=counts)
 
