@@ -10,6 +10,7 @@ UTF-8 sequence, which is why pieces for display go through `pieces()`.
 """
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from tokenizers import Tokenizer as _HFTokenizer
 from . import untrusted
 from .errors import ModelError
 from .jsonfile import read_json_object
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Our own family's special tokens; other families name theirs in their own files.
 MASK_TOKEN = "<|mask|>"
@@ -71,7 +74,10 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         if not text:
             return []
-        return self.hf.encode(text, add_special_tokens=False).ids
+        # An editor buffer may hold a lone surrogate (typed, or kept by recovery); `tokenizers`
+        # takes only valid Unicode. The model reads U+FFFD in its place: context only, since the
+        # text outside the spans is never rewritten from tokens.
+        return self.hf.encode(_LONE_SURROGATE.sub("\ufffd", text), add_special_tokens=False).ids
 
     def decode(self, ids: list[int]) -> str:
         # Special tokens are never part of span text; pad/eos are removed before this.

@@ -281,3 +281,22 @@ async def test_f6_marks_the_selection(tmp_path):
         editor.selection = ((0, 0), (0, 5))
         await pilot.press("f6")
         await wait_for(pilot, lambda: editor.marks == [(0, 5)])
+
+
+async def test_a_run_over_a_buffer_holding_a_lone_surrogate_previews_and_keeps_it(tmp_path):
+    """The preview layer (Textual's document) and the tokenizer both refused a lone surrogate:
+    an infill in such a buffer failed. The model reads U+FFFD for it; the buffer keeps it."""
+    path = tmp_path / "a.py"
+    path.write_text("x = 1\ny = 2\n")
+    app = make_app([path])
+    async with app.run_test(size=SIZE) as pilot:
+        await with_model(app, pilot, embedded_denoiser())
+        pane = app.active_pane()
+        editor = pane.editor
+        editor.replace("t = '\udc80'\n", (0, 0), (0, 0))
+        editor.selection = ((1, 0), (1, 5))
+        await pilot.press("alt+i")
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        await pilot.press("tab")
+        await wait_for(pilot, lambda: pane.phase == IDLE)
+        assert editor.document.lines[0] == "t = '\udc80'" and editor.document.lines[-2:] == ["y = 2", ""]

@@ -32,6 +32,16 @@ def utf8(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def displayable(text: str) -> str:
+    """`text` with each lone surrogate as U+FFFD: one character for one (offsets and columns stay)
+    and three UTF-8 bytes for three (highlight byte offsets stay), where a surrogate itself can
+    be neither drawn nor encoded by Textual's own documents."""
+    return LONE_SURROGATE.sub("\ufffd", text)
+
+
 def line_break(text: str, cr_file: bool | None = None) -> re.Pattern:
     """The breaks of `text`; `cr_file` None decides from the text itself (CR, and no LF)."""
     if cr_file is None:

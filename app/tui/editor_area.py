@@ -6,7 +6,6 @@ joined with '\\n' (what the engine sees), whatever the file's line endings are.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Callable, Sequence
 
@@ -24,7 +23,7 @@ from textual.document._syntax_aware_document import SyntaxAwareDocumentError
 
 from ...core.changes import ChangeSet
 from .buffer_file import BufferFile, language_for
-from .document import MeasuredWrappedDocument, StrictDocument, StrictSyntaxDocument, utf8
+from .document import LONE_SURROGATE, MeasuredWrappedDocument, StrictDocument, StrictSyntaxDocument, displayable, utf8
 from .indent import KindAt, closing_dedent, dedent_to, newline_indent, splits_pair
 
 
@@ -49,9 +48,6 @@ def indent_width_of(text: str, default: int = 4) -> int:
         previous = indent
     found = [step for step in steps if 2 <= step <= 8]
     return max(found, key=lambda step: (steps[step], -step)) if found else default
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def pasted_text(text: str) -> str:
@@ -441,12 +437,12 @@ class EditorArea(TextArea, inherit_bindings=False):
 
     def get_line(self, line_index: int):
         line = super().get_line(line_index)
-        if _SURROGATE.search(line.plain):
+        if LONE_SURROGATE.search(line.plain):
             # A lone surrogate (typed, or restored from recovery) cannot be drawn nor encoded for
-            # the highlighter: it is shown as U+FFFD, which is one character and three UTF-8
-            # bytes like the surrogate in the syntax document (document.utf8), so every
-            # highlight offset still lands. The buffer keeps the surrogate; saving refuses it.
-            line.plain = _SURROGATE.sub("\ufffd", line.plain)
+            # the highlighter: it is shown as U+FFFD, which is three UTF-8 bytes like the surrogate
+            # in the syntax document (document.utf8), so every highlight offset still lands. The
+            # buffer keeps the surrogate; saving refuses it.
+            line.plain = displayable(line.plain)
         ranges = self._mark_rows.get(line_index)
         if ranges:
             style = self.get_component_rich_style("editor-area--marked")

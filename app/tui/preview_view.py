@@ -11,6 +11,7 @@ from __future__ import annotations
 from textual import events
 from textual.widgets import TextArea
 
+from .document import displayable
 from .preview import KINDS, Layout, location
 
 
@@ -52,10 +53,10 @@ class PreviewView(TextArea, can_focus=False):
             start, old_end, new_end = old.span_ranges[0][0], old.span_ranges[-1][1], layout.span_ranges[-1][1]
             replacement = layout.text[start:new_end]
             if replacement != old.text[start:old_end]:
-                self.replace(replacement, location(old.text, start), location(old.text, old_end))
+                self.replace(displayable(replacement), location(old.text, start), location(old.text, old_end))
                 self.history.clear()  # this view is never undone
         elif layout.text != old.text:
-            self.load_text(layout.text)
+            self.load_text(displayable(layout.text))  # a buffer's lone surrogate would stop Textual's document
         self.layout_shown = layout
         self._line_cache.clear()
         self.scroll_to(scroll_x, scroll_y, animate=False, immediate=True)
