@@ -1,6 +1,7 @@
 """A mixture-of-experts step against a dense step of the same active size, random weights (GPU work).
 
     python bench/moe.py --device cuda --shapes llada2-mini      # LLaDA2.0-mini's shape: ~33 GB of bfloat16 on one GPU
+    python bench/moe.py --device cuda --shapes sdar-30b-a3b     # SDAR-30B-A3B's: ~61 GB (an 80 GB card)
     python bench/moe.py --device cpu --shapes small             # a CPU-sized shape with the same proportions
 
 Per shape, in one run, the cost of the two passes a block-causal step makes (core/loops/block.py,
@@ -11,7 +12,8 @@ tokens, and the pass that writes a finished block, for
 - moe-looped: the same model, one product per active expert (the fallback on CUDA without
   sm90 bfloat16);
 - dense: a dense model whose feed-forward is the active width (top-k + shared experts times the
-  expert width: 9 x 512 = 4608 at LLaDA2.0-mini), the same multiply-adds per token.
+  expert width: 9 x 512 = 4608 at LLaDA2.0-mini, 8 x 768 = 6144 at SDAR-30B-A3B), the same
+  multiply-adds per token.
 
 `weights` is what a model holds, `per step` what one block step must read at the least (dense:
 everything; MoE: attention, norms, routers, the experts the block's tokens chose, the head).
@@ -30,28 +32,28 @@ import torch
 
 from synthetic import materialise, timed  # bench/ is on the path
 
-# Shapes: LLaDA2.0-mini from its config.json (inclusionAI/dFactory configs/model_configs/llada2_mini);
-# "small" keeps its proportions (top 8 of many experts, one shared, one dense layer) at a CPU's size.
-SHAPES = {
-    "llada2-mini": dict(dim=2048, n_layers=20, n_heads=16, n_kv_heads=4, head_dim=128, rotary_dim=64, ffn_hidden=5120,
-                        vocab_size=157184, n_experts=256, top_k=8, expert_hidden=512, n_group=8, topk_group=4, first_dense=1),
-    "small": dict(dim=512, n_layers=6, n_heads=8, n_kv_heads=2, head_dim=64, rotary_dim=32, ffn_hidden=1280,
-                  vocab_size=8192, n_experts=64, top_k=8, expert_hidden=128, n_group=8, topk_group=4, first_dense=1),
-}
+# Shapes: the releases' own (core/memory_fit.py KNOWN_RELEASES, from their config.json files), and
+# "small", LLaDA2's proportions (top 8 of many experts in groups, one shared, one dense layer) at a CPU's size.
+RELEASE_SHAPES = {"llada2-mini": "LLaDA2.0-mini", "sdar-30b-a3b": "SDAR-30B-A3B-Chat"}
 
 
 def configs(shape: str):
-    """(MoE config, dense config of the same active width) for a shape."""
+    """(MoE config, dense config of the same active width: top-k + shared experts of the expert width)."""
+    from sharpen.core.memory_fit import KNOWN_RELEASES
     from sharpen.core.model import ModelConfig
     from sharpen.core.moe import MoESpec
 
-    s = dict(SHAPES[shape])
-    moe = MoESpec(n_experts=s.pop("n_experts"), top_k=s.pop("top_k"), expert_hidden=s.pop("expert_hidden"), scoring="sigmoid",
-                  selection_bias=True, n_group=s.pop("n_group"), topk_group=s.pop("topk_group"), scaling=2.5, n_shared=1,
-                  first_dense=s.pop("first_dense"), router_float32=True)
-    base = ModelConfig(**s, qk_norm=True, rope_theta=600000.0, max_seq_len=4096)
-    active = (moe.top_k + moe.n_shared) * moe.expert_hidden
-    return dataclasses.replace(base, moe=moe), dataclasses.replace(base, ffn_hidden=active)
+    if shape in RELEASE_SHAPES:
+        cfg = dataclasses.replace(KNOWN_RELEASES[RELEASE_SHAPES[shape]][1], max_seq_len=4096)
+    elif shape == "small":
+        moe = MoESpec(n_experts=64, top_k=8, expert_hidden=128, scoring="sigmoid", selection_bias=True, n_group=8, topk_group=4,
+                      scaling=2.5, n_shared=1, first_dense=1, router_float32=True)
+        cfg = ModelConfig(dim=512, n_layers=6, n_heads=8, n_kv_heads=2, head_dim=64, rotary_dim=32, ffn_hidden=1280, vocab_size=8192,
+                          qk_norm=True, rope_theta=600000.0, max_seq_len=4096, moe=moe)
+    else:
+        raise SystemExit(f"unknown shape {shape!r}; known: {', '.join([*RELEASE_SHAPES, 'small'])}")
+    active = (cfg.moe.top_k + cfg.moe.n_shared) * cfg.moe.expert_hidden
+    return cfg, dataclasses.replace(cfg, moe=None, ffn_hidden=active)
 
 
 def build(cfg, device: str, dtype: torch.dtype):
@@ -70,9 +72,11 @@ def build(cfg, device: str, dtype: torch.dtype):
             if isinstance(module, MoEFeedForward):
                 for name in ("router", "gate_up", "down"):
                     torch.nn.init.normal_(getattr(module, name), std=0.02)
-                module.expert_bias.normal_(std=0.01)
-                for lin in (module.shared.w1, module.shared.w3, module.shared.w2):
-                    lin.reset_parameters()
+                if module.expert_bias is not None:
+                    module.expert_bias.normal_(std=0.01)
+                if module.shared is not None:
+                    for lin in (module.shared.w1, module.shared.w3, module.shared.w2):
+                        lin.reset_parameters()
         model.pack()
     spec = ModelSpec(family="bench", mask_id=cfg.vocab_size - 1, pad_id=None, eos_id=None)
     return Denoiser(model, train_byte_bpe(["unused: the ids are synthetic"], 300), spec)
