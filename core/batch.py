@@ -48,10 +48,10 @@ MAX_WAIT = 0.02  # seconds
 
 # Rows one packed pass holds at most; the rest of a step's passes go into further packs, each run
 # by a thread of its own runs, side by side. Packing pays for a cached step's few rows per run
-# (their launches and weight reads are shared: 4 runs' 8-row steps cost 1.5x one, not 4x, on
-# this 2-core CPU) and not for whole canvases, whose matmuls are already big: 4 canvases of 200
-# rows packed cost 1.24x the four one after another (their activations leave the cache), so a
-# whole-canvas pass runs in its own pack, in parallel with the others where cores are free.
+# (their launches and weight reads are shared: 4 runs' 8-row steps packed cost 2.3x one step in
+# CPU time, not 4x, on this 2-core CPU; 8 runs 3.7x) and not for whole canvases, whose matmuls are
+# already compute-bound: 4 canvases of 200 rows packed cost 1.15x the four one after another, so
+# a whole-canvas pass runs in its own pack, in parallel with the others where a core is free.
 ROWS_PER_PASS = 128
 
 
@@ -184,7 +184,11 @@ class StepBatcher:
         model = self.denoiser.model
         try:
             with torch.inference_mode():
-                results = packed_scores(model, batch)
+                if len(batch) == 1:  # nothing to pack with: the plain pass (packing one costs 20% more)
+                    one = batch[0]
+                    results = [model.scores(one.ids, one.positions, one.cache, one.rows)]
+                else:
+                    results = packed_scores(model, batch)
         except Exception:  # noqa: BLE001 - each pass is retried alone below and fails on its own
             log.debug("a packed pass of %d runs failed; running them one by one", len(batch), exc_info=True)
             results = None
