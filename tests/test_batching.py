@@ -3,6 +3,7 @@ gets exactly what it would get alone, token for token; a stopped run leaves with
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,51 @@ def test_only_models_whose_passes_pack_are_batched(embedded):
     assert batchable(embedded)
     assert Runner(embedded).batcher is None  # batch 1: one at a time (the editor)
     assert not batchable(object())
+
+
+def test_a_full_batch_and_a_full_line_refuse_the_next_run(embedded):
+    from sharpen.core.run import Busy
+
+    runner = Runner(embedded, max_waiting=1, batch=2)
+    first, second = (runner.run(r) for r in requests()[:2])
+    next(first), next(second)  # both hold the model: a batch of two
+    stopped = threading.Event()
+    waited: list = []
+    worker = threading.Thread(target=lambda: waited.extend(runner.run(requests()[2], stopped.is_set)))
+    worker.start()
+    try:
+        deadline = time.monotonic() + 30
+        while runner.waiting < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert runner.waiting == 3 and not waited  # the third waits: the batch is full
+        with pytest.raises(Busy, match="busy"):  # the fourth finds the line full
+            next(runner.run(requests()[3]))
+    finally:
+        stopped.set()
+        worker.join(30)
+        first.close(), second.close()
+    assert waited == [] and runner.waiting == 0
+
+
+def test_a_pass_that_fails_in_a_pack_fails_only_its_own_run(embedded):
+    runner = Runner(embedded, batch=2)
+    runner.batcher.max_wait = 1.0
+    good = torch.tensor([embedded.tokenizer.encode("def add(a, b):\n    return a + b\n")])  # [1, T]
+    broken = torch.full((1, 9), 10**6)  # ids past the vocabulary: the embedding raises
+    out: dict = {}
+
+    def one(name: str, x: torch.Tensor) -> None:
+        with runner.batcher.member() as view:
+            try:
+                out[name] = view.logits(x)
+            except Exception as exc:  # noqa: BLE001 - what the run's own thread sees
+                out[name] = exc
+
+    threads = [threading.Thread(target=one, args=(name, x)) for name, x in (("good", good), ("broken", broken))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert runner.batcher.rows_per_pass == [2]  # they were packed together
+    assert isinstance(out["broken"], IndexError)
+    assert torch.equal(out["good"], embedded.logits(good))
