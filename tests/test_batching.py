@@ -150,7 +150,7 @@ def test_a_stopped_run_leaves_the_batch_within_one_step_and_the_others_are_uncha
 
 def test_runs_beyond_the_batch_wait_their_turn_and_join_at_a_step_boundary(embedded):
     runner = Runner(embedded, max_waiting=4, batch=2)
-    runner.batcher.max_wait = 1.0
+    runner.batcher.max_wait, runner.batcher.rows = 1.0, 10**6  # every step of the two running is shared
     events = run_together(runner, requests()[:3])
     assert all(isinstance(e[-1], Done) for e in events)
     assert max(runner.batcher.rows_per_pass) == 2  # never more than the batch
