@@ -8,8 +8,8 @@
 Each run keeps its own loop, canvas, block plan, KV cache and commit rule (core/loops/masked.py
 runs as it does alone). Only its denoiser is a view: `view.logits(...)` hands the pass to the
 batcher and waits. When every run in the batch has handed in its step's pass (or MAX_WAIT has
-passed since the first one did), one thread runs all of them as ONE forward pass and each run
-gets its own logits back; a run that finishes or is cancelled leaves the batch, and a new run
+passed since the first one did), they run as one packed forward pass (several side by side
+when their rows pass ROWS_PER_PASS) and each run gets its own logits back; a run that finishes or is cancelled leaves the batch, and a new run
 joins at the next step boundary.
 
 The passes are packed, not padded: every run's rows (its canvas, or the few positions a cached
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 # How long handed-in passes wait for the rest of the batch before they run without it. Between
 # two passes a run does its step's sampling on the host (a few milliseconds for the embedded
-# model on a CPU); a run held up longer (its client reads slowly) must not stall the others.
+# model on a CPU); a run held up longer (a slow reader of its events) must not stall the others.
 MAX_WAIT = 0.02  # seconds
 
 # Rows one packed pass holds at most; the rest of a step's passes go into further packs, each run
