@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from . import untrusted
-from .denoiser import ModelSpec, banned_token_ids
+from .denoiser import ModelSpec, banned_token_ids, check_finite
 from .errors import ModelError
 from .families import hf
 from .loading import default_dtype, read_config
@@ -48,6 +48,7 @@ class RemoteDenoiser:
         self.tokenizer = tokenizer
         self.spec = spec
         self.max_len = max_len
+        self._check_finite = True  # NaN or infinite logits on the first pass stop the run (denoiser.check_finite)
         head = model.get_output_embeddings()
         self.vocab_size = (head.weight.shape[0] if head is not None else None) or getattr(model.config, "vocab_size", None) or tokenizer.vocab_size
         spec.check(self.vocab_size)
@@ -72,6 +73,9 @@ class RemoteDenoiser:
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
         if want is not None:
             logits = logits[:, want.to(logits.device)]
+        if self._check_finite:  # its first pass, once (one host read): as for the native backbone
+            self._check_finite = False
+            check_finite(logits)
         return logits.to(x.device)
 
     def new_cache(self, batch: int, length: int):

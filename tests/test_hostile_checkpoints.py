@@ -466,3 +466,30 @@ def test_candidate_and_adaptive_runs_count_a_huge_selection_unencoded(tiny_model
     with pytest.raises(SpanError, match="at least .* tokens, but the model's canvas holds 512"):
         selected_tokens(text, [Span(0, 8, "infill"), Span(10, len(text) - 1, "infill")], tokenizer, 512)
     assert encoded == [8]
+
+
+def test_remote_code_models_with_nan_weights_stop_at_the_first_pass(tmp_path, monkeypatch):
+    """The toy remote-code checkpoint of tests/test_families.py, its weights all NaN."""
+    import torch
+    import transformers.dynamic_module_utils as dmu
+    from family_checkpoints import write_tokenizer
+    from safetensors.torch import save_file
+    from test_families import TOY_CONFIG, TOY_MODEL
+
+    from sharpen.core.remote import load_remote
+
+    monkeypatch.setattr(dmu, "HF_MODULES_CACHE", str(tmp_path / "modules"))
+    model = tmp_path / "toy"
+    model.mkdir()
+    ids = write_tokenizer(model, ("<|endoftext|>", "<|mask|>"))
+    (model / "configuration_toy.py").write_text(TOY_CONFIG)
+    (model / "modeling_toy.py").write_text(TOY_MODEL)
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "toy-diffusion", "architectures": ["ToyDiffusionLM"], "vocab_size": 320, "hidden_size": 32,
+        "auto_map": {"AutoConfig": "configuration_toy.ToyDiffusionConfig", "AutoModelForMaskedLM": "modeling_toy.ToyDiffusionLM"},
+        "eos_token_id": ids["<|endoftext|>"], "pad_token_id": ids["<|endoftext|>"]}))
+    shapes = {"embed.weight": (320, 32), "mix.weight": (32, 32), "mix.bias": (32,), "head.weight": (320, 32)}
+    save_file({name: torch.full(shape, float("nan")) for name, shape in shapes.items()}, str(model / "model.safetensors"))
+    denoiser = load_remote(model, trust_remote_code=True)
+    with pytest.raises(ModelError, match="not finite"):
+        denoiser.logits(torch.tensor([[1, 2, 3]]))
