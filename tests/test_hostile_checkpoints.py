@@ -219,6 +219,13 @@ def _relabel(weights: Path, old: bytes, new: bytes) -> None:
     weights.write_bytes(data[:8] + data[8:8 + length].replace(old, new) + data[8 + length:])
 
 
+def _all_nan(model: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    for shard in model.glob("*.safetensors"):
+        save_file({k: v.fill_(float("nan")) for k, v in load_file(str(shard)).items()}, str(shard), metadata={"format": "pt"})
+
+
 GEMMA_CASES = [
     ("rope-theta-nan", lambda m: (m / "config.json").write_text((m / "config.json").read_text().replace('"rope_theta": 10000.0', '"rope_theta": NaN')),
      "NaN is not a number JSON allows"),
@@ -245,6 +252,7 @@ GEMMA_CASES = [
     ("canvas-null", lambda m: edit_json(m / "config.json", lambda c: c.update(canvas_length=None)), "canvas_length=None"),
     ("stability-past-int64", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(stability_threshold=10**19)), "sharpen cannot use"),
     ("dtype-lie", lambda m: _relabel(m / "model-00001-of-00002.safetensors", b'"F32"', b'"I32"'), "not a floating-point weight"),
+    ("all-nan-weights", lambda m: _all_nan(m), "not finite"),
     ("shard-truncated", lambda m: (lambda f: f.write_bytes(f.read_bytes()[:-100]))(m / "model-00002-of-00002.safetensors"), "truncated weights file"),
 ]
 
