@@ -15,7 +15,7 @@ import torch
 from .compiled import CompiledSampler, CompiledStep
 from .errors import ModelError
 from .model import FULL, Attend, KVCache, Transformer
-from .settings import PROMPT_FORMS
+from .settings import PROMPT_FORMS, default_block_size
 from .tokenizer import Tokenizer
 
 # The kinds of denoising loop (core/loops/), one per way a model turns noise into text; a
@@ -279,7 +279,8 @@ class Denoiser:
         self._static_caches = True
         if warm:
             try:
-                self._step.warm_up(self.new_cache, progress or (lambda line: None))
+                block = default_block_size("cuda", sum(p.numel() for p in self.model.parameters()))  # the blocks runs will use
+                self._step.warm_up(self.new_cache, progress or (lambda line: None), block=block)
             except torch.OutOfMemoryError:
                 raise ModelError(OUT_OF_MEMORY) from None
 

@@ -171,3 +171,21 @@ def test_the_random_draw_compiles_without_a_break_and_draws_what_eager_draws(fre
     assert [apply_edit(fresh_denoiser, TEXT, SPANS, s).samples for s in settings] == eager
     assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
     assert fresh_denoiser._samplers and all(s.compiled is not None for s in fresh_denoiser._samplers.values())
+
+
+def test_the_warm_up_compiles_ahead_in_the_kept_cache_and_says_so(fresh_denoiser):
+    # What --compile auto does on CUDA before the first edit: a whole-canvas pass and a cached
+    # step compiled (and, with CUDA graphs, recorded) in the cache the runs will be handed.
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    eager = apply_edit(fresh_denoiser, TEXT, SPANS, Sampling(block_size=8)).text
+    torch._dynamo.reset()
+    counters.clear()
+    fresh_denoiser.compile("default", backend="eager")
+    lines = []
+    fresh_denoiser._step.warm_up(fresh_denoiser.new_cache, lines.append, canvas=40, block=8)
+    assert len(lines) == 2 and lines[0].startswith("sharpen: compiling") and "ready" in lines[1]
+    warmed = counters["stats"]["unique_graphs"]
+    assert warmed >= 2 and fresh_denoiser.new_cache(1, 40) is fresh_denoiser._kept_cache
+    assert apply_edit(fresh_denoiser, TEXT, SPANS, Sampling(block_size=8)).text == eager
