@@ -28,31 +28,26 @@ from sharpen.app.tui.editor_pane import IDLE, PREVIEW
 SIZE = (90, 24)
 
 
+def tables(wrapped, width: int) -> dict:
+    return {
+        "wrap_offsets": [list(o) for o in wrapped._wrap_offsets],
+        "offset_to_line_info": [tuple(i) for i in wrapped._offset_to_line_info],
+        "line_index_to_offsets": [list(o) for o in wrapped._line_index_to_offsets],
+        "tab_widths": [list(w) for w in wrapped._tab_width_cache],
+        "height": wrapped.height,
+        "width": width,
+    }
+
+
 def expected_tables(editor) -> dict:
     """Textual's own WrappedDocument over Textual's own Document holding the same lines."""
     document = Document("")
     document._lines = list(editor.document.lines)  # the editor's line splitting (document.py) is the tested input
-    wrapped = WrappedDocument(document, width=editor.wrap_width, tab_width=editor.indent_width)
-    return {
-        "wrap_offsets": [list(o) for o in wrapped._wrap_offsets],
-        "offset_to_line_info": [tuple(i) for i in wrapped._offset_to_line_info],
-        "line_index_to_offsets": [list(o) for o in wrapped._line_index_to_offsets],
-        "tab_widths": [list(w) for w in wrapped._tab_width_cache],
-        "height": wrapped.height,
-        "width": editor.wrap_width,
-    }
+    return tables(WrappedDocument(document, width=editor.wrap_width, tab_width=editor.indent_width), editor.wrap_width)
 
 
 def kept_tables(editor) -> dict:
-    wrapped = editor.wrapped_document
-    return {
-        "wrap_offsets": [list(o) for o in wrapped._wrap_offsets],
-        "offset_to_line_info": [tuple(i) for i in wrapped._offset_to_line_info],
-        "line_index_to_offsets": [list(o) for o in wrapped._line_index_to_offsets],
-        "tab_widths": [list(w) for w in wrapped._tab_width_cache],
-        "height": wrapped.height,
-        "width": wrapped._width,
-    }
+    return tables(editor.wrapped_document, editor.wrapped_document._width)
 
 
 def check_tables(app, editor) -> None:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from ..canvas import Canvas
 from ..model import Attend, block_causal_mask
 from ..settings import Sampling
-from .frame import Frame, slot_states
+from .frame import Frame, finished_rows, slot_states
 
 
 def transfer_schedule(block: int, steps: int) -> list[int]:
@@ -86,6 +86,14 @@ def commits(p_token: torch.Tensor, masked: torch.Tensor, share: int, threshold: 
     return torch.where(enough, sure, top) & masked
 
 
+def prefill_prompt(denoiser, x: torch.Tensor, cache, prefill: int, size: int, want_shift: int = 0) -> torch.Tensor:
+    """The prompt's full blocks, once, into the cache (bidirectional inside each block, causal
+    across them); the logits of the prefill's last row (`want_shift` 1: the row a token-shifted
+    model predicts the next position from)."""
+    run = torch.arange(prefill, device=x.device)
+    return denoiser.logits(x, want=run[-1:] + want_shift, run=run, cache=cache, attend=Attend(mask=block_causal_mask(run, prefill, size), keys=prefill))
+
+
 def block_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), should_stop: Callable[[], bool] = lambda: False,
                   ban: bool = True) -> Iterator[Frame]:
     """Run the loop over a prompt canvas (one slot range, at its end); a Frame per step, the last done.
@@ -116,12 +124,7 @@ def block_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), sho
     started = time.perf_counter()
 
     def frame(step: int, done: bool = False) -> Frame:
-        final = scores = final_conf = None
-        if done:
-            final = tuple((tuple(x[b, slots.start:slots.stop].tolist()),) for b in range(B))
-            final_conf = tuple((tuple(confidence[b, slots.start:slots.stop].tolist()),) for b in range(B))
-            logp = torch.where(written, confidence.clamp_min(1e-9).log(), torch.zeros_like(confidence))
-            scores = tuple((logp.sum(1) / written.sum(1).clamp_min(1)).tolist())
+        final, final_conf, scores = finished_rows(x, confidence, written, slots) if done else (None, None, None)
         return Frame(step, len(blocks) * steps, time.perf_counter() - started, done, "block-causal", x[0, :n].clone(),
                      confidence[0, :n].clone(), guesses[0, :n].clone(), slot_states(x[0, :n], mask_id), canvas.slots,
                      final, scores, final_conf)
@@ -129,9 +132,8 @@ def block_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), sho
     cache = denoiser.new_cache(B, total_len)
     prefill = first * size
     with torch.inference_mode():
-        if prefill:  # the prompt's full blocks, once, into the cache
-            run = torch.arange(prefill, device=device)
-            denoiser.logits(x, want=run[-1:], run=run, cache=cache, attend=Attend(mask=block_causal_mask(run, prefill, size), keys=prefill))
+        if prefill:
+            prefill_prompt(denoiser, x, cache, prefill, size)
     yield frame(0)
     step = 0
     for k in blocks:

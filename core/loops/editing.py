@@ -27,10 +27,10 @@ from typing import Callable, Iterator
 import torch
 
 from ..canvas import Canvas
-from ..model import Attend, block_causal_mask
+from ..model import Attend
 from ..settings import Sampling
-from .block import sample
-from .frame import EDITED, Frame, slot_states
+from .block import prefill_prompt, sample
+from .frame import EDITED, Frame, finished_rows, slot_states
 
 # (mask-to-token threshold, token-to-token editing threshold) of the release's two modes.
 EDIT_MODES = {"quality": (0.7, 0.5), "speed": (0.5, 0.0)}
@@ -95,11 +95,7 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
     def frame(step: int, done: bool = False) -> Frame:
         final = scores = final_conf = counts = None
         if done:
-            final = tuple((tuple(x[b, slots.start:slots.stop].tolist()),) for b in range(B))
-            final_conf = tuple((tuple(confidence[b, slots.start:slots.stop].tolist()),) for b in range(B))
-            written = (commits > 0)[:, :n]
-            logp = torch.where(written, confidence[:, :n].clamp_min(1e-9).log(), torch.zeros_like(confidence[:, :n]))
-            scores = tuple((logp.sum(1) / written.sum(1).clamp_min(1)).tolist())
+            final, final_conf, scores = finished_rows(x, confidence, (commits > 0)[:, :n], slots)
             counts = ((int(commits[0, slots.start:slots.stop].sum()), int(edits[0, slots.start:slots.stop].sum())),)
         state = slot_states(x[0, :n], mask_id)
         state = torch.where(edited_now[:n], torch.full_like(state, EDITED), state)
@@ -111,9 +107,8 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
     cache = denoiser.new_cache(B, total_len)
     prefill = first * size
     with torch.inference_mode():
-        if prefill:  # the prompt's full blocks, once, into the cache
-            run = torch.arange(prefill, device=device)
-            denoiser.logits(x, want=run[-1:], run=run, cache=cache, attend=Attend(mask=block_causal_mask(run, prefill, size), keys=prefill))
+        if prefill:
+            prefill_prompt(denoiser, x, cache, prefill, size)
     yield frame(0)
     step = 0
     for k in blocks:

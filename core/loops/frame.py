@@ -91,3 +91,16 @@ class Frame:
     def unsharp_name(self) -> str:
         """What an unsharp slot is in this loop, for progress lines: "noise" or "masked"."""
         return "noise" if self.loop == "random-token" else "masked"
+
+
+def finished_rows(x: torch.Tensor, confidence: torch.Tensor, written: torch.Tensor, slots: range):
+    """A done frame's per-row results: each row's slot tokens and their confidences, and its score,
+    the mean log-confidence over the positions the run wrote (`written` [B, T'] lines up with
+    `confidence`'s first T' columns)."""
+    rows = range(x.shape[0])
+    final = tuple((tuple(x[b, slots.start:slots.stop].tolist()),) for b in rows)
+    final_conf = tuple((tuple(confidence[b, slots.start:slots.stop].tolist()),) for b in rows)
+    kept = confidence[:, :written.shape[1]]
+    logp = torch.where(written, kept.clamp_min(1e-9).log(), torch.zeros_like(kept))
+    scores = tuple((logp.sum(1) / written.sum(1).clamp_min(1)).tolist())
+    return final, final_conf, scores

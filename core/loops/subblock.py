@@ -24,10 +24,10 @@ from typing import Callable, Iterator
 import torch
 
 from ..canvas import Canvas
-from ..model import Attend, block_causal_mask
+from ..model import Attend
 from ..settings import Sampling
-from .block import sample
-from .frame import Frame, slot_states
+from .block import prefill_prompt, sample
+from .frame import Frame, finished_rows, slot_states
 
 
 def subblock_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), should_stop: Callable[[], bool] = lambda: False,
@@ -52,12 +52,7 @@ def subblock_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), 
     started, step = time.perf_counter(), 0
 
     def frame(step: int, done: bool = False) -> Frame:
-        final = scores = final_conf = None
-        if done:
-            final = tuple((tuple(x[b, slots.start:slots.stop].tolist()),) for b in range(B))
-            final_conf = tuple((tuple(confidence[b, slots.start:slots.stop].tolist()),) for b in range(B))
-            logp = torch.where(written, confidence.clamp_min(1e-9).log(), torch.zeros_like(confidence))
-            scores = tuple((logp.sum(1) / written.sum(1).clamp_min(1)).tolist())
+        final, final_conf, scores = finished_rows(x, confidence, written, slots) if done else (None, None, None)
         return Frame(step, len(blocks) * size, time.perf_counter() - started, done, "block-causal", x[0, :n].clone(),
                      confidence[0, :n].clone(), guesses[0, :n].clone(), slot_states(x[0, :n], mask_id), canvas.slots,
                      final, scores, final_conf)
@@ -76,9 +71,8 @@ def subblock_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), 
     prefill = first * size
     with torch.inference_mode():
         if prefill:
-            run = torch.arange(prefill, device=device)
             # want = prefill: with the shift, its row is the prefill's last one (the next block's first token).
-            row = denoiser.logits(x, want=run[-1:] + 1, run=run, cache=cache, attend=Attend(mask=block_causal_mask(run, prefill, size), keys=prefill))
+            row = prefill_prompt(denoiser, x, cache, prefill, size, want_shift=1)
             if slots.start == prefill:
                 next_token(row[:, 0], prefill)
     yield frame(0)
