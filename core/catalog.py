@@ -85,6 +85,7 @@ def inspect_checkpoint(path: Path, name: str | None = None, source: str = "dir")
             from .tokenizer import Tokenizer
 
             check_config(path, config)  # the checks loading makes before transformers builds it
+            untrusted.check_directory(path)  # and before it opens the files itself
             Tokenizer.from_directory(path)
         except ModelError as exc:
             return CheckpointInfo(**info, family=config["model_type"], problem=str(exc))

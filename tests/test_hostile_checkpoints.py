@@ -501,3 +501,12 @@ def test_remote_code_models_with_nan_weights_stop_at_the_first_pass(tmp_path, mo
     denoiser = load_remote(model, trust_remote_code=True)
     with pytest.raises(ModelError, match="not finite"):
         denoiser.logits(torch.tensor([[1, 2, 3]]))
+
+
+def test_models_lists_a_diffusion_gemma_that_would_not_load_as_not_usable(gemma_dir, tmp_path):
+    from sharpen.core.catalog import find_checkpoints
+
+    for name, breaks in (("fifo", lambda m: fifo(m / "processor_config.json")), ("layers", GEMMA_CASES[1][1])):
+        breaks(copy(gemma_dir, tmp_path / "zoo", name))
+    found = {Path(c.path).name: c.problem for c in find_checkpoints([tmp_path / "zoo"], cache_dir=tmp_path / "no-cache", embedded=False)}
+    assert "processor_config.json is a FIFO" in found["fifo"] and "says 3 layers, but the weights hold 2" in found["layers"]
