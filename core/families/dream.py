@@ -48,12 +48,7 @@ def qwen2_config(c: dict) -> ModelConfig:
     """
     if "num_key_value_heads" not in c:
         raise ValueError("it lacks 'num_key_value_heads', which changes the computation; refusing to guess")
-    if c.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"hidden_act={c['hidden_act']!r} is not supported (only 'silu')")
-    if c.get("rope_scaling"):
-        raise ValueError(f"rope_scaling={c['rope_scaling']!r} is not supported")
-    if c.get("use_sliding_window"):
-        raise ValueError("use_sliding_window=true is not supported (full attention only)")
+    hf.refuse_unsupported(c)
     dim, n_heads = c["hidden_size"], c["num_attention_heads"]
     if c.get("head_dim") not in (None, dim // n_heads):
         raise ValueError(f"head_dim={c['head_dim']} differs from hidden_size/num_attention_heads")

@@ -127,3 +127,18 @@ def special_ids(config: dict, tokenizer, mask_names: tuple[str, ...], turn_end_n
         "end_ids": [i for i in declared_end_ids(config, tokenizer) if i not in (mask, pad, eos)],
         "chat_template": template,
     }
+
+
+def refuse_unsupported(c: dict, keys: tuple[str, ...] = ()) -> None:
+    """Config switches of the Llama / Qwen backbones that change the computation and sharpen's
+    backbone does not implement: a checkpoint using one is refused, never run wrong. `keys` are
+    more boolean switches the family's release never sets (attention_bias, mlp_bias, ...)."""
+    if c.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act={c['hidden_act']!r} is not supported (only 'silu')")
+    if c.get("rope_scaling"):
+        raise ValueError(f"rope_scaling={c['rope_scaling']!r} is not supported")
+    if c.get("use_sliding_window"):
+        raise ValueError("use_sliding_window=true is not supported (full attention only)")
+    for key in keys:
+        if c.get(key):
+            raise ValueError(f"{key}=true is not supported (the release has none)")

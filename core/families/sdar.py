@@ -44,14 +44,7 @@ def qwen3_config(c: dict) -> ModelConfig:
     for key in ("num_key_value_heads", "head_dim"):
         if key not in c:
             raise ValueError(f"it lacks {key!r}, which changes the computation; refusing to guess")
-    if c.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"hidden_act={c['hidden_act']!r} is not supported (only 'silu')")
-    if c.get("rope_scaling"):
-        raise ValueError(f"rope_scaling={c['rope_scaling']!r} is not supported")
-    if c.get("use_sliding_window"):
-        raise ValueError("use_sliding_window=true is not supported (full attention only)")
-    if c.get("attention_bias"):
-        raise ValueError("attention_bias=true is not supported (Qwen3 has none)")
+    hf.refuse_unsupported(c, keys=("attention_bias",))  # Qwen3 has no attention biases
     return ModelConfig(
         vocab_size=c["vocab_size"],
         dim=c["hidden_size"],

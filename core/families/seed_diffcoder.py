@@ -50,13 +50,7 @@ def is_stable_diffcoder(config: dict) -> bool:
 def llama_config(c: dict) -> ModelConfig:
     if "num_key_value_heads" not in c:
         raise ValueError("it lacks 'num_key_value_heads', which changes the computation; refusing to guess")
-    if c.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"hidden_act={c['hidden_act']!r} is not supported (only 'silu')")
-    if c.get("rope_scaling"):
-        raise ValueError(f"rope_scaling={c['rope_scaling']!r} is not supported")
-    for key in ("attention_bias", "mlp_bias"):
-        if c.get(key):
-            raise ValueError(f"{key}=true is not supported (the release has none)")
+    hf.refuse_unsupported(c, keys=("attention_bias", "mlp_bias"))
     dim, n_heads = c["hidden_size"], c["num_attention_heads"]
     return ModelConfig(
         vocab_size=c["vocab_size"],
