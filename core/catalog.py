@@ -15,7 +15,7 @@ from . import untrusted
 from .errors import ModelError
 from .families import TRANSFORMERS_FAMILIES
 from .families.hf import TOKENIZER_CONFIG_KEY, read_tokenizer_config
-from .loading import embedded_model_path, model_config, read_config, weight_files
+from .loading import check_against_weights, embedded_model_path, model_config, read_config, weight_files
 
 # safetensors dtype names -> torch's
 _DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64",
@@ -92,7 +92,7 @@ def inspect_checkpoint(path: Path, name: str | None = None, source: str = "dir")
         return CheckpointInfo(**info, family=config["model_type"], instruct=bool(tok_cfg.get("chat_template")),
                               note="random-token diffusion through transformers' own class (no fit table: not sharpen's backbone)")
     try:
-        family, _ = model_config(path, config)
+        family, cfg = model_config(path, config)
     except ModelError as exc:
         if config.get("auto_map"):
             return CheckpointInfo(**info, family="remote", instruct=bool(tok_cfg.get("chat_template")),
@@ -100,6 +100,11 @@ def inspect_checkpoint(path: Path, name: str | None = None, source: str = "dir")
         return CheckpointInfo(**info, family=config.get("model_type"), problem=str(exc))
     try:
         from .tokenizer import Tokenizer
+
+        # What loading checks before building: the layer count and embedding against the headers.
+        shapes = {name: tuple(entry["shape"]) for file in weight_files(path) for name, entry in read_header(file).items()
+                  if name != "__metadata__"}
+        check_against_weights(family, cfg, shapes, path)
 
         tokenizer = Tokenizer.from_directory(path)
         ids = family.special_ids({**config, TOKENIZER_CONFIG_KEY: tok_cfg}, tokenizer)

@@ -510,3 +510,12 @@ def test_models_lists_a_diffusion_gemma_that_would_not_load_as_not_usable(gemma_
         breaks(copy(gemma_dir, tmp_path / "zoo", name))
     found = {Path(c.path).name: c.problem for c in find_checkpoints([tmp_path / "zoo"], cache_dir=tmp_path / "no-cache", embedded=False)}
     assert "processor_config.json is a FIFO" in found["fifo"] and "says 3 layers, but the weights hold 2" in found["layers"]
+
+
+def test_models_checks_a_native_config_against_its_headers_as_loading_does(tiny_model_dir, tmp_path):
+    from sharpen.core.catalog import find_checkpoints
+
+    model = copy(tiny_model_dir, tmp_path / "zoo", "layers")
+    edit_json(model / "config.json", lambda c: c.update(n_layers=3))
+    found = find_checkpoints([tmp_path / "zoo"], cache_dir=tmp_path / "no-cache", embedded=False)
+    assert [c.usable for c in found] == [False] and "says 3 layers, but the weights hold 2" in found[0].problem
