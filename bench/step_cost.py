@@ -1,5 +1,7 @@
 """What a denoising step costs the host, counted on any machine: kernel launches and host reads.
 
+    python bench/step_cost.py    # per layer of a cached step: launches by op name, per shape and dtype
+
 bench/gpu_ready.py prints these counts; tests/test_step_cost.py holds them to bounds.
 
 - `Launches` is a TorchDispatchMode that counts the aten ops that launch work on a device: a
@@ -166,3 +168,19 @@ def compiled_layer_launches(shape: str, dtype: torch.dtype, mode: str = "default
 def _is_kernel(event) -> bool:
     """A kernel the compiled wrapper runs: a fused one it generated, or an aten op it calls (GEMM, attention)."""
     return "cpp_fused" in event.name or "triton_" in event.name or event.name.startswith("aten::")
+
+
+def main() -> int:
+    """Per layer of a cached step, launches by op name, for each counted shape and dtype."""
+    print("| shape | dtype | launches per layer | outside the layers | per layer, by op |")
+    print("|---|---|---|---|---|")
+    for shape in COUNT_SHAPES:
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            per_layer, fixed, ops = layer_launches(shape, dtype)
+            by_op = ", ".join(f"{name} {n}" for name, n in sorted(ops.items(), key=lambda kv: -kv[1]))
+            print(f"| {shape} | {str(dtype).removeprefix('torch.')} | {per_layer:g} | {fixed} | {by_op} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
