@@ -8,7 +8,6 @@ Ids are always looked up in the checkpoint's tokenizer: nothing here is a litera
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from .. import untrusted
