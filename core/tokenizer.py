@@ -143,10 +143,16 @@ def byte_level_bpe_from_files(path: Path) -> _HFTokenizer:
     if cls_name not in QWEN2_CLASSES:
         raise ModelError(f"{path}: tokenizer class {cls_name} ships no tokenizer.json, and sharpen builds only "
                          f"Qwen2-style tokenizers ({', '.join(QWEN2_CLASSES)}) from vocab.json + merges.txt")
-    for name in ("vocab.json", "merges.txt"):  # the library opens them: checked first (core/untrusted.py)
-        untrusted.checked_path(path / name, untrusted.TOKENIZER_BYTES)
+    # Read here as untrusted input (core/untrusted.py) and parsed as tokenizers' BPE.from_file parses them.
+    vocab = untrusted.read_json(path / "vocab.json", untrusted.TOKENIZER_BYTES)
+    merges_text = untrusted.read_text(path / "merges.txt", untrusted.TOKENIZER_BYTES)
+    merges = [tuple(line.split(" ")) for line in merges_text.splitlines() if line and not line.startswith("#version")]
+    if not isinstance(vocab, dict) or not all(isinstance(i, int) and not isinstance(i, bool) for i in vocab.values()):
+        raise ModelError(f"cannot read the tokenizer of {path}: vocab.json is not an object of token -> id")
+    if any(len(pair) != 2 for pair in merges):
+        raise ModelError(f"cannot read the tokenizer of {path}: merges.txt has a line that is not two tokens")
     try:
-        hf = _HFTokenizer(models.BPE.from_file(str(path / "vocab.json"), str(path / "merges.txt")))
+        hf = _HFTokenizer(models.BPE(vocab, merges))
     except Exception as exc:  # tokenizers raises bare Exceptions for malformed files
         raise ModelError(f"cannot read the tokenizer of {path} (vocab.json, merges.txt): {exc}") from None
     hf.normalizer = normalizers.NFC()

@@ -519,3 +519,14 @@ def test_models_checks_a_native_config_against_its_headers_as_loading_does(tiny_
     edit_json(model / "config.json", lambda c: c.update(n_layers=3))
     found = find_checkpoints([tmp_path / "zoo"], cache_dir=tmp_path / "no-cache", embedded=False)
     assert [c.usable for c in found] == [False] and "says 3 layers, but the weights hold 2" in found[0].problem
+
+
+@pytest.mark.parametrize("name", ["vocab.json", "merges.txt", "added_tokens.json"])
+def test_slow_tokenizer_files_are_read_as_untrusted_input(cli, tmp_path, name):
+    """Dream-style releases ship vocab.json + merges.txt (no tokenizer.json): read by sharpen, checked first."""
+    from family_checkpoints import write_dream_release
+
+    model = write_dream_release(tmp_path / "dream")
+    fifo(model / name)
+    code, line = cli(model)
+    assert code == 4 and f"{name} is a FIFO, not a regular file" in line, line
