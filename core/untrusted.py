@@ -9,9 +9,9 @@ what the link reaches must be a regular file.
 
 The check happens on the open descriptor (opened with O_NONBLOCK, so a FIFO cannot block
 the open itself), so a file swapped between the check and the read is still caught. Where a
-library opens a file itself (tokenizers' vocab.json and merges.txt), `checked_path` checks it
-first; where transformers opens a whole directory (DiffusionGemma, remote code),
-`check_directory` checks every entry. Safetensors headers are read and checked here too.
+library would open a file by name, `checked_path` checks it first; where transformers opens a
+whole directory (DiffusionGemma, remote code), `check_directory` checks every entry.
+Safetensors headers are read and checked here too.
 JSON is parsed with NaN, Infinity and overflowing numbers refused, and nesting too deep for
 the parser is one line, not a RecursionError.
 
