@@ -7,8 +7,9 @@ session would record a graph (and often compile) per edit. So the compiled step 
 bucketed shapes only (`bucket`: powers of two and their halfway points, at most 1.5x the real
 size): a canvas is padded at its end and a key mask hides the padding from every query; a
 cached step's rows are padded by repeating its last position (the same token at the same
-place writes the same keys and values twice); the projected rows are padded by repeating the
-last one, and cut off again after the call. The padding changes no real row's result.
+place writes the same keys and values twice); the projected rows are padded to a power of two
+by repeating the last one, and cut off again after the call. The padding changes no real
+row's result. Block-causal passes (their own masks and key counts) run as they come.
 
 Compiling is new on every machine it meets, and no GPU has tested it here: if compiling or
 recording fails, the step says so in one line (`notify`) and runs eagerly from then on, with
@@ -63,7 +64,7 @@ class CompiledStep:
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor | None, cache: KVCache | None, rows: torch.Tensor,
                  attend: Attend = FULL) -> torch.Tensor:
-        if attend is not FULL:  # block-causal passes bring their own masks and key counts: as they come
+        if attend is not FULL or rows.shape[0] == 0:  # block-causal passes bring their own masks and key counts: as they come
             return self._run(ids, positions, cache, rows, attend)
         W = rows.shape[0]
         # Rows to project: powers of two (a whole-canvas pass projects every slot, and slot
