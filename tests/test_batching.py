@@ -192,9 +192,11 @@ def test_a_pass_that_fails_in_a_pack_fails_only_its_own_run(embedded):
     good = torch.tensor([embedded.tokenizer.encode("def add(a, b):\n    return a + b\n")])  # [1, T]
     broken = torch.full((1, 9), 10**6)  # ids past the vocabulary: the embedding raises
     out: dict = {}
+    both_in = threading.Barrier(2)  # both runs are members before either hands in its pass
 
     def one(name: str, x: torch.Tensor) -> None:
         with runner.batcher.member() as view:
+            both_in.wait(30)
             try:
                 out[name] = view.logits(x)
             except Exception as exc:  # noqa: BLE001 - what the run's own thread sees
