@@ -156,13 +156,15 @@ def test_after_the_commit_a_process_ignores_stop_signals(tmp_path, monkeypatch):
     path = tmp_path / "f.py"
     path.write_bytes(ORIGINAL)
     previous = signal.getsignal(signal.SIGINT)
+    before = {sig: signal.getsignal(sig) for sig in headless._STOP_SIGNALS}
     monkeypatch.setattr(headless, "_process_exits", True)
     try:
         with headless.signals_held() as check:
             save_text_file(read_text_file(path), "new\n", before_commit=check)
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in before.items():  # all three: a SIGTERM left ignored would leak into later tests
+            signal.signal(sig, handler)
     monkeypatch.setattr(headless, "_process_exits", False)
     with headless.signals_held() as check:  # a caller that goes on (bench/soak.py): handlers come back
         save_text_file(read_text_file(path), "again\n", before_commit=check)
