@@ -266,20 +266,25 @@ class Runner:
         return running == 0 or (ticket.shared and running < self.batch)
 
     def _events(self, denoiser, request: EditRequest, should_stop, every: float | None) -> Iterator[Event]:
+        import torch  # deferred: the editor imports this module before its first paint
+
         from .engine import edit_options, run_edit
 
         options = edit_options(request.editing, request.path)
         end_ids, mask_id = set(denoiser.spec.end_ids), denoiser.spec.mask_id
         tok = denoiser.tokenizer
-        sharp_per_step: list[int] = []
+        # Kept on the device, read once at the end: reading them per step was a host sync inside
+        # every block (docs/speed.md); progress below is built only at the consumer's rate.
+        sharp_per_step: list = []
         last_sent = float("-inf")
         for update in run_edit(denoiser, request.text, list(request.spans), request.sampling, should_stop=should_stop, **options):
             frame = update.frame
             if update.result is not None:
                 last = progress_of(frame, tok, end_ids, mask_id)
-                yield Done(update.result, last, self.info.name, self.info.noise, tuple(sharp_per_step))
+                counts = tuple(int(v) for v in torch.stack(sharp_per_step).tolist()) if sharp_per_step else ()
+                yield Done(update.result, last, self.info.name, self.info.noise, counts)
                 return
-            sharp_per_step.append(sum(len(s.tokens) for s in frame.spans) - frame.masked)
+            sharp_per_step.append(frame.sharp_slots())
             now = time.perf_counter()
             if every is not None and now - last_sent >= every:
                 last_sent = now

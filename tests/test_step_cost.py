@@ -189,3 +189,31 @@ def test_block_size_defaults_by_device_and_model_size(tiny_denoiser):
     spans = [Span(48, 48, max_tokens=20)]
     unset, eight = (apply_edit(tiny_denoiser, TEXT, spans, Sampling(block_size=b)) for b in (None, 8))
     assert (unset.text, unset.steps) == (eight.text, eight.steps)  # on this CPU: blocks of 8, as before
+
+
+def test_the_runner_adds_no_host_read_per_step(tiny_denoiser):
+    """A consumer that read each frame's spans every step (the runner's sharp-slot count) synced
+    the host at every step, undoing the loop's planned reads: the count stays on the device and
+    is read once at the end, and progress is built only at the consumer's rate. The runner's
+    reads beyond the engine's own stay the same whatever the number of steps."""
+    from sharpen.core.engine import run_edit
+    from sharpen.core.request import EditRequest
+    from sharpen.core.run import Runner
+    from sharpen.core.settings import Editing, Sampling
+    from sharpen.core.spans import Span
+
+    def reads(run) -> int:
+        with step_cost.counting() as (launches, explicit):
+            run()
+        return sum(explicit.reads.values()) + sum(launches.reads.values())
+
+    runner, extra = Runner(tiny_denoiser), {}
+    for steps in (6, 12):
+        settings = Sampling(schedule="fixed", block_size=8, steps=steps)
+        request = EditRequest(TEXT, (Span(48, 48, max_tokens=24),), settings, Editing(length="fixed"))
+        done: list = []
+        through_runner = reads(lambda: done.extend(runner.run(request, every=None)))
+        engine_alone = reads(lambda: list(run_edit(tiny_denoiser, TEXT, list(request.spans), settings, length="fixed")))
+        assert len(done[-1].sharp_per_step) == steps + 1
+        extra[steps] = through_runner - engine_alone
+    assert abs(extra[12] - extra[6]) <= 1 and extra[12] < 12, extra  # not one (or more) per step

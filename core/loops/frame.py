@@ -87,6 +87,17 @@ class Frame:
         """Slots that show no token yet (masked or noise)."""
         return sum(s in UNSHARP for span in self.spans for s in span.states)
 
+    def sharp_slots(self) -> torch.Tensor:
+        """[] the count of slots that show a token, on the canvas's device: a consumer that keeps it
+        every step and converts the lot once at the end reads the host once per run, not per step
+        (`spans` and `masked` read it on first use)."""
+        positions = torch.arange(self._state.shape[0], device=self._state.device)  # [T]
+        in_slots = torch.zeros_like(positions, dtype=torch.bool)
+        for r in self._slots:
+            in_slots |= (positions >= r.start) & (positions < r.stop)
+        sharp = self._state >= SLOT_STATES.index("sharp")  # codes past the unsharp ones: sharp, edited
+        return (in_slots & sharp).sum()
+
     @property
     def unsharp_name(self) -> str:
         """What an unsharp slot is in this loop, for progress lines: "noise" or "masked"."""
