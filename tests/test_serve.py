@@ -165,6 +165,7 @@ def test_a_client_that_leaves_cancels_its_run_within_a_step(server):
 @pytest.mark.parametrize("body, status, message", [
     (b"{not json", 400, "the body is not JSON"),
     (b"[1, 2]", 400, "the body must be a JSON object"),
+    (b"[" * 50_000 + b"]" * 50_000, 400, "the body is not JSON"),  # deeper than Python's recursion limit
     (b"\xff\xfe", 400, "the body is not UTF-8"),
     (json.dumps({"prompt": 3}).encode(), 400, "prompt must be a string"),
     (json.dumps({"prompt": "x", "max_tokens": 100000}).encode(), 400, "max_tokens is too large"),

@@ -120,6 +120,8 @@ async def read_json(request: Request) -> dict:
         raise HTTPError(400, "the body is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise HTTPError(400, f"the body is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:  # the json module recurses per nesting level: a few KB of '[' reach Python's limit
+        raise HTTPError(400, "the body is not JSON this server reads (nested too deeply)") from None
     if not isinstance(data, dict):
         raise HTTPError(400, "the body must be a JSON object")
     return data
