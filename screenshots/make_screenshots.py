@@ -67,7 +67,7 @@ def select(editor, first_row: int, last_row: int) -> None:
 async def scene(name: str, config: Config, drive) -> None:
     app = SharpenApp([EXAMPLE], config, load_themes(None))
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.denoiser is not None or app.model_error is not None)
+        await until(pilot, lambda: app.backend is not None or app.model_error is not None)
         if app.model_error:
             raise SystemExit(f"cannot load the model: {app.model_error}")
         await drive(app, pilot)
