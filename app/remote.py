@@ -72,8 +72,10 @@ class RemoteBackend:
         self.protocol = protocol
         where = f"{self.host}:{self.port}" if self.port else self.host
         if protocol == "sharpen" and meta is not None:
+            max_len = meta.get("max_len")  # a server's word: a length that is not a count is no limit here
+            max_len = max_len if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0 else NO_LIMIT
             self.info = ModelInfo(name, str(meta.get("family", "sharpen")), f"{meta.get('device', '?')} on {where}", str(meta.get("noise", "mask")),
-                                  "(the server's)" if meta.get("chat") else None, int(meta.get("max_len", NO_LIMIT)), True)
+                                  "(the server's)" if meta.get("chat") else None, max_len, True)
         else:
             self.info = ModelInfo(name, protocol, where, "mask", None, NO_LIMIT, protocol != "openai")
         return self.info
@@ -127,6 +129,7 @@ class RemoteBackend:
         path = "/v1/fim/completions" if diffusing else "/v1/completions"
         exchanges = [_Exchange(self, "POST", path, self._fim_body(request, span, diffusing), stream=diffusing) for span in request.spans]
         drafts = [""] * len(request.spans)
+        answered = [False] * len(request.spans)  # a text (string) came for the span: "" is an answer, 5 or none is not
         finals: list[str | None] = [None] * len(request.spans)
         tokens = [0] * len(request.spans)
         merged: queue.Queue = queue.Queue()
@@ -157,11 +160,16 @@ class RemoteBackend:
             if text is None and isinstance(choice.get("delta"), dict):
                 text = choice["delta"].get("content")
             if isinstance(text, str):
-                drafts[i] = text  # a diffusing chunk is the whole draft; a plain answer the whole text
+                drafts[i], answered[i] = text, True  # a diffusing chunk is the whole draft; a plain answer the whole text
             if choice.get("finish_reason") is not None or not diffusing:
+                if not answered[i]:  # taking "" for it would delete the selection and exit 0
+                    for exchange in exchanges:
+                        exchange.close()
+                    raise ModelError(f"{self.url} answered without a text")
                 finals[i] = drafts[i]
                 usage = item.get("usage") if isinstance(item.get("usage"), dict) else {}
-                tokens[i] = int(usage.get("completion_tokens", 0) or 0)
+                count = usage.get("completion_tokens")
+                tokens[i] = count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 0
             step += 1
             now = time.perf_counter()
             if diffusing and every is not None and now - last_sent >= every:
@@ -268,7 +276,10 @@ class _Exchange:
                 line = response.readline()
                 if not line:
                     return
-                line = line.decode("utf-8").rstrip("\r\n")
+                try:
+                    line = line.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError:
+                    raise ModelError(f"{backend.url} sent an event that is not UTF-8") from None
                 if line.startswith("data:"):
                     data.append(line[5:].lstrip(" "))
                 elif not line and data:
@@ -304,14 +315,14 @@ def _pump(exchange: _Exchange, index: int, out: queue.Queue, should_stop) -> Non
 def _decode(raw: bytes, url: str):
     try:
         return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: nested past Python's limit
         raise ModelError(f"{url} answered something that is not JSON") from None
 
 
 def _message(body: bytes) -> str:
     try:
         data = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return body.decode("utf-8", "replace").strip().splitlines()[0][:200] if body.strip() else ""
     error = data.get("error") if isinstance(data, dict) else None
     if isinstance(error, dict):

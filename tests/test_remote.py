@@ -1,0 +1,132 @@
+"""--backend against servers that answer what sharpen cannot use (app/remote.py): each is one
+line naming the server (exit 4 headless), never an internal error, and never a silent edit."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from sharpen.app.remote import RemoteBackend
+from sharpen.core.errors import ModelError, UsageError
+from sharpen.core.request import EditRequest
+from sharpen.core.run import Done
+from sharpen.core.spans import Span
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = b'{"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "x"}]}'
+DEEP = b"[" * 50_000 + b"]" * 50_000  # deeper than Python's recursion limit: json.loads raises RecursionError
+TEXT = "def f(x):\n    return x\n"
+
+
+class Scripted(BaseHTTPRequestHandler):
+    """Answers each path with the (status, content type, body) in the server's `answers`."""
+
+    def _answer(self) -> None:
+        status, kind, body = self.server.answers.get(self.path, (404, "application/json", b'{"error": "no"}'))
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._answer()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def server():
+    """A local server whose answers a test sets: server.answers[path] = (status, type, body)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    httpd.answers = {"/v1/models": (200, "application/json", MODELS)}
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def url(httpd) -> str:
+    return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+def run(httpd, protocol: str = "openai") -> list:
+    request = EditRequest(TEXT, (Span(21, 22, "rewrite"),))  # the x of "return x"
+    return list(RemoteBackend(url(httpd), protocol=protocol).run(request))
+
+
+def completion(text) -> bytes:
+    import json
+
+    return json.dumps({"choices": [{"index": 0, "text": text, "finish_reason": "stop"}]}).encode()
+
+
+def test_a_plain_answer_is_the_span_text_and_an_empty_one_is_an_answer(server):
+    server.answers["/v1/completions"] = (200, "application/json", completion("x + 1"))
+    done = run(server)[-1]
+    assert isinstance(done, Done) and done.result.text == "def f(x):\n    return x + 1\n"
+    server.answers["/v1/completions"] = (200, "application/json", completion(""))
+    assert run(server)[-1].result.text == "def f(x):\n    return \n"  # "" deletes the selection: the server said so
+
+
+@pytest.mark.parametrize("choice", [{"text": 5}, {"finish_reason": "stop"}, {"text": None, "delta": {"content": ["x"]}}],
+                         ids=["number", "missing", "list"])
+def test_an_answer_without_a_text_is_an_error_not_an_empty_edit(server, choice):
+    import json
+
+    server.answers["/v1/completions"] = (200, "application/json", json.dumps({"choices": [choice]}).encode())
+    with pytest.raises(ModelError, match="answered without a text"):
+        run(server)
+
+
+def test_a_diffusing_stream_that_ends_without_any_draft_is_an_error(server):
+    events = b'data: {"choices": [{"delta": {"role": "assistant"}}]}\n\ndata: {"choices": [{"finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'
+    server.answers["/v1/fim/completions"] = (200, "text/event-stream", events)
+    with pytest.raises(ModelError, match="answered without a text"):
+        run(server, "mercury")
+
+
+@pytest.mark.parametrize("where", ["/v1/models", "/v1/completions"])
+def test_json_nested_past_the_recursion_limit_is_not_json(server, where):
+    server.answers[where] = (200, "application/json", DEEP)
+    with pytest.raises(ModelError, match="answered something that is not JSON"):
+        run(server)
+
+
+def test_an_error_body_nested_past_the_recursion_limit_is_still_one_line(server):
+    server.answers["/v1/completions"] = (400, "application/json", DEEP)
+    with pytest.raises(UsageError, match=r"refused the request \(400: \[\[\["):
+        run(server)
+
+
+def test_an_event_that_is_not_utf8_is_one_line(server):
+    server.answers["/v1/fim/completions"] = (200, "text/event-stream", b'data: {"choices": [{"text": "\xff"}]}\n\n')
+    with pytest.raises(ModelError, match="sent an event that is not UTF-8"):
+        run(server, "mercury")
+
+
+def test_a_sharpen_server_whose_max_len_is_no_count_is_no_limit(server):
+    server.answers["/v1/models"] = (200, "application/json", b'{"data": [{"id": "m", "meta": {"noise": "mask", "max_len": "x"}}]}')
+    info = RemoteBackend(url(server)).load()
+    assert info.max_len > 10**6 and info.name == "m"
+
+
+def test_headless_edit_on_a_server_without_text_exits_4_and_leaves_the_file(server, tmp_path):
+    server.answers["/v1/completions"] = (200, "application/json", b'{"choices": [{"text": 5, "finish_reason": "stop"}]}')
+    path = tmp_path / "f.py"
+    path.write_text(TEXT)
+    out = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(path), "--apply-edit", "2:12-2:13", "--in-place",
+                          "--backend", url(server)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 4 and out.stderr.count("\n") == 1 and "answered without a text" in out.stderr, out.stderr
+    assert path.read_text() == TEXT
