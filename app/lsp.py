@@ -78,6 +78,8 @@ class Completer:
 def build_server(completer: Completer):
     from importlib.metadata import PackageNotFoundError, version
 
+    from urllib.parse import unquote
+
     from lsprotocol import types as lsp
     from pygls.lsp.server import LanguageServer
 
@@ -89,9 +91,16 @@ def build_server(completer: Completer):
 
     @server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
     async def inline_completion(ls: LanguageServer, params: lsp.InlineCompletionParams):
-        document = ls.workspace.get_text_document(params.text_document.uri)
+        # Only documents the client opened: pygls would read any other URI from disk (a missing
+        # file answered a FileNotFoundError with its traceback; a FIFO would block the server).
+        document = ls.workspace.text_documents.get(unquote(params.text_document.uri))
+        if document is None:
+            ls.window_log_message(lsp.LogMessageParams(lsp.MessageType.Warning, f"sharpen: {params.text_document.uri} is not open"))
+            return lsp.InlineCompletionList(items=[])
         text = document.source
         offset = document.offset_at_position(params.position)  # the client's UTF-16 columns, as characters
+        # A position past the end is clamped to it (pygls): the answer's range is where the text goes.
+        here = document.client_position_at_offset(offset) if text else lsp.Position(0, 0)
         stop = threading.Event()
         try:
             filled = await asyncio.to_thread(completer.complete, text, offset, stop)
@@ -103,8 +112,7 @@ def build_server(completer: Completer):
             return None
         if not filled:
             return lsp.InlineCompletionList(items=[])
-        here = lsp.Range(params.position, params.position)
-        return lsp.InlineCompletionList(items=[lsp.InlineCompletionItem(insert_text=filled, range=here)])
+        return lsp.InlineCompletionList(items=[lsp.InlineCompletionItem(insert_text=filled, range=lsp.Range(here, here))])
 
     return server
 

@@ -87,3 +87,23 @@ async def test_cancel_request_stops_the_run(tmp_path):
         assert time.perf_counter() - started < whole * 1.5, (time.perf_counter() - started, whole)
     finally:
         await _stop(client)
+
+
+async def test_a_document_not_open_is_no_completion_and_a_position_past_the_end_answers_at_the_end(runner, tmp_path):
+    from lsprotocol import types as lsp
+
+    client, _ = await _client("--steps", "8")
+    try:
+        # Not opened by the client, and not on disk: pygls would read the URI from disk and fail with a traceback.
+        elsewhere = lsp.InlineCompletionParams(context=_params().context, text_document=lsp.TextDocumentIdentifier((tmp_path / "gone.py").as_uri()),
+                                               position=lsp.Position(0, 0))
+        answer = await asyncio.wait_for(client.text_document_inline_completion_async(elsewhere), 60)
+        assert list(answer.items) == []
+        past = lsp.InlineCompletionParams(context=_params().context, text_document=_params().text_document, position=lsp.Position(99, 0))
+        answer = await asyncio.wait_for(client.text_document_inline_completion_async(past), 60)
+        alone = runner.result(EditRequest(TEXT, (Span(len(TEXT), len(TEXT), max_tokens=Editing().infill_tokens),), Sampling(steps=8))).result.spans[0].text
+        assert len(answer.items) == 1 and answer.items[0].insert_text == alone
+        end = answer.items[0].range.start
+        assert (end.line, end.character) == (TEXT.count("\n"), 0)  # the document's end, not line 99
+    finally:
+        await _stop(client)
