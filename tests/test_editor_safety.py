@@ -150,3 +150,21 @@ async def test_a_model_command_during_loading_is_queued_and_esc_cancels_it(tmp_p
         await pilot.press("alt+i")
         await with_model(app, pilot, tiny_denoiser)
         await wait_for(pilot, lambda: pane.phase != IDLE or pane.edit_run is not None, timeout=30)
+
+
+async def test_save_and_quit_leaves_no_recovery_for_the_next_start(tmp_path):
+    """Its recovery entry was kept, and the next start said sharpen had not closed cleanly."""
+    path = tmp_path / "f.py"
+    path.write_text("x = 1\n")
+    store = RecoveryStore(Path(os.environ["SHARPEN_RECOVERY_DIR"]))
+    app = make_app([path])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        app.recovery.write_recovery()  # as the idle write does 4 s after typing stops
+        assert any(e.text == "qx = 1\n" for e in store.entries_for(path))
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.click("#save")
+        await wait_for(pilot, lambda: not app.is_running)
+    assert path.read_text() == "qx = 1\n"
+    assert not [e for e in store.entries() if e.text is not None]

@@ -295,6 +295,9 @@ class SharpenApp(App):
                     self.notify("an untitled buffer needs Save as first", severity="warning")
                     return
                 if all(file_actions.write(pane) for pane in dirty):
+                    # Each save posts Saved, whose handler discards the buffer's recovery: the app
+                    # exits before handling it, so drop this start's entries here (as a clean quit does).
+                    self.recovery.recovery_discard_all()
                     self.exit()
 
         self.push_screen(ConfirmScreen(question, choices), answered)
