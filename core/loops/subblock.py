@@ -2,7 +2,7 @@
 
 Fast-dLLM v2 keeps Qwen2.5's autoregressive head: the logits at position p predict token p+1
 (its token shift), so a block's first token comes from the pass before it. Its `batch_sample`
-(Efficient-Large-Model/Fast_dLLM_v2_*, generation_utils) runs:
+(NVlabs/Fast-dLLM v2/generation_functions.py, on the release's modeling.py) runs:
 
 1. the prompt's full blocks (of `bd_size`, 32) prefilled into the KV cache once; when the prompt
    ends on a block boundary, the prefill's last row writes the next block's first token;
