@@ -38,6 +38,10 @@ uses are gone, and this script puts back each one at run time without touching e
    therefore built with `from_config` (its `__init__` computes the buffer, as in 4.53) and the
    shards are loaded with `load_state_dict(strict=True)`.
 
+Under transformers 4.53.1 itself (pip install --target DIR transformers==4.53.1 einops, numpy
+left to the venv) stand-ins 1 and 2 find nothing missing and stay out; that run wrote the same
+cases as the committed 5.24 run, token for token and pass for pass.
+
 Besides those, the script only wraps the model's forward to count the denoising passes
 (observing, not changing, what batch_sample does) and seeds torch's global generator per case.
 Two paths of batch_sample are kept out of the cases on purpose: a prompt of exactly one block
@@ -130,7 +134,7 @@ def transformers_453_stand_ins() -> None:
 
     if not hasattr(DynamicCache, "__getitem__"):
         DynamicCache.__getitem__ = lambda self, i: (self.layers[i].keys, self.layers[i].values)
-    if not hasattr(DynamicCache, "key_cache"):
+    if not hasattr(DynamicCache(), "key_cache"):  # 4.x sets them per instance
         DynamicCache.key_cache = property(lambda self: Side(self, "keys"))
         DynamicCache.value_cache = property(lambda self: Side(self, "values"))
 
@@ -172,7 +176,8 @@ def main() -> None:
         generation = load_loop(loop_file)
 
         config = AutoConfig.from_pretrained(str(ckpt), trust_remote_code=True)
-        model = AutoModelForCausalLM.from_config(config, trust_remote_code=True, dtype=torch.float32)  # shim 4
+        dtype_arg = "torch_dtype" if transformers.__version__.startswith("4.") else "dtype"  # 5.x renamed it
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=True, **{dtype_arg: torch.float32})  # shim 4
         state = {}
         for shard in sorted(ckpt.glob("model-*.safetensors")):
             state.update(load_file(str(shard)))
