@@ -13,6 +13,7 @@ import difflib
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -84,7 +85,7 @@ def read_spans(job: HeadlessJob, config: Config, source: TextFile) -> list[Span]
         else:
             name = spec[1:]
             try:
-                with open(name, "rb") as handle:
+                with _open_edit_list(name) as handle:
                     raw = _edit_list_bytes(handle, name)
             except OSError as exc:
                 raise UsageError(f"cannot read edit list {name}: {exc.strerror or exc}") from None
@@ -97,6 +98,22 @@ def read_spans(job: HeadlessJob, config: Config, source: TextFile) -> list[Span]
         options = {"strength": config.editing.strength, "max_tokens": job.max_tokens, "instruction": job.instruction}
         spans = parse_spec(spec, source.text, mode=job.mode, path=job.file, **options)
     return validate_spans(source.text, spans)
+
+
+def _open_edit_list(name: str):
+    """The edit list file, opened without blocking and checked on its descriptor: a FIFO named
+    as @FILE waited for a writer for ever (FILE itself is refused the same way)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file (pipe, socket or device)"
+            raise UsageError(f"cannot read edit list {name}: {what}; pipe the list in with SPEC - instead")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def _edit_list_bytes(stream, name: str) -> bytes:

@@ -114,7 +114,7 @@ FAST = [
     Case("json-deep-nesting", **edits(b"[" * 100000), code=2, message="nested too deeply", promise="Spans"),
     Case("json-not-utf8", **edits(b'[{"range": "1-1", "instruction": "caf\xe9"}]'), code=2, message="is not UTF-8", promise="Spans"),
     Case("json-missing-file", ["{f}", "--apply-edit", "@{d}/nope.json", "--in-place"], 2, "cannot read edit list", promise="Spans"),
-    Case("json-endless", ["{f}", "--apply-edit", "@/dev/zero", "--in-place"], 2, "too large", promise="Spans"),
+    Case("json-endless", ["{f}", "--apply-edit", "@/dev/zero", "--in-place"], 2, "not a regular file", promise="Spans"),
 ]
 
 
@@ -163,6 +163,16 @@ def test_special_files_are_refused_without_hanging(tmp_path):
         assert out.returncode == 3, (name, out.stderr)
         assert_one_line(out.stderr, message)
     assert (tmp_path / "ro.py").read_bytes() == ORIGINAL
+
+
+def test_an_edit_list_that_is_a_fifo_is_refused_without_hanging(tmp_path):
+    """@FIFO waited for a writer for ever (the FILE itself is refused the same way)."""
+    os.mkfifo(tmp_path / "edits.json")
+    (tmp_path / "f.py").write_bytes(ORIGINAL)
+    out = run_cli([str(tmp_path / "f.py"), "--apply-edit", f"@{tmp_path / 'edits.json'}", "--in-place"])
+    assert out.returncode == 2, out.stderr
+    assert_one_line(out.stderr, "not a regular file")
+    assert (tmp_path / "f.py").read_bytes() == ORIGINAL
 
 
 # --- cases that need the model: in this process, torch imported once ---------------------------
