@@ -42,6 +42,12 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}={value!r} must be a whole number of at least 1")
+        for name, low, high in (("rope_theta", 0.0, 1e12), ("norm_eps", 0.0, 1.0)):
+            value = getattr(self, name)  # a null or a string from config.json: refused here, not a TypeError mid-pass
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not low < value < high:
+                raise ValueError(f"{name}={value!r} must be a number between {low:g} and {high:g}")
+        if not (self.moe is None or isinstance(self.moe, (dict, MoESpec))):
+            raise ValueError(f"moe={self.moe!r} must be a table of mixture-of-experts settings")
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         if self.ffn_hidden is None:

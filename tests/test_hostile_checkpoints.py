@@ -96,6 +96,8 @@ NATIVE_CONFIGS = [
     ("kv-heads-half", lambda text: text.replace('"n_kv_heads": 2', '"n_kv_heads": 0.5'), "n_kv_heads=0.5 must be a whole number"),
     ("pad-id-past-int64", lambda text: text.replace('"name"', '"pad_token_id": 10000000000000000000, "name"'), "pad token id 10000000000000000000 is outside"),
     ("ffn-hidden-string", lambda text: text.replace('"ffn_hidden": 192', '"ffn_hidden": "192"'), "ffn_hidden='192' must be a whole number"),
+    ("rope-theta-null", lambda text: text.replace('"rope_theta": 10000.0', '"rope_theta": null'), "rope_theta=None must be a number"),
+    ("moe-a-number", lambda text: text.replace('"name"', '"moe": 5, "name"'), "moe=5 must be a table"),
 ]
 
 
