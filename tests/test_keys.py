@@ -145,3 +145,32 @@ async def test_the_palettes_keys_entry_shows_f1(tmp_path):
 
         prompt = str(app.screen.query_one(CommandList).get_option_at_index(0).prompt)
         assert prompt.endswith("[F1]"), prompt  # "[F1]" was read as markup and vanished
+
+
+async def test_keys_typed_at_start_never_answer_a_dialog_they_were_not_meant_for(tmp_path, monkeypatch):
+    """A recovery offer that comes up while sharpen starts: the keys typed before it (an Enter
+    among them) once answered "Restore all". They wait until the dialog is gone, then land in
+    the buffer in order; the dialog is answered only by what is typed once it shows."""
+    from sharpen.app.tui.confirm_screen import ConfirmScreen
+
+    app = opened(tmp_path, "x = 1\n")
+    answers = []
+    original = app.add_buffer
+
+    async def slow_start(*args, **kwargs):
+        pane = await original(*args, **kwargs)
+        for event in parsed(b"ab\ncd"):  # typed while the editor was being built
+            app.post_message(event)
+        app.push_screen(ConfirmScreen("Restore?", [("restore", "Restore all", "primary"), ("discard", "Discard", "default")]),
+                        answers.append)
+        return pane
+
+    app.add_buffer = slow_start
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.key_order.ready)
+        await pilot.pause(0.3)
+        assert answers == [] and isinstance(app.screen, ConfirmScreen) and editor.buffer_text == "x = 1\n"
+        await pilot.press("escape")  # the person answers the question they can now see
+        await wait_for(pilot, lambda: editor.buffer_text == "ab\ncdx = 1\n")
+        assert answers == ["cancel"]  # Esc, typed once the dialog showed, is its only answer

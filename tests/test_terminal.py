@@ -103,6 +103,7 @@ def test_a_hang_up_ends_the_editor_in_bounded_time_with_its_work_in_recovery(tmp
     terminal, path, store = editor(tmp_path, "def f():\n    return 1\n", config)
     try:
         terminal.type(b"# kept", pause=0.3)
+        terminal.wait_for("# kept")  # on screen, so in the buffer (a loaded machine starts the editor late)
         if during == "burst":
             terminal.type(b"abc\x1bi\x1bi\x1bi\x07" * 20)  # typing, Alt chords, Ctrl+G prompts, all in flight
         elif during == "dialog":

@@ -43,11 +43,31 @@ class KeyOrder:
         self.app = app
         self.ready = False  # the first editor has focus (or a dialog is up at start)
         self.held: list[events.Event] = []
+        self.deferred: list[events.Event] = []  # typed before a dialog that came up at start: for the buffer, after it
 
     async def open(self) -> None:
-        """The editor is ready: replay what was typed before, in order."""
+        """The editor is ready: replay what was typed before, in order. If a dialog came up while
+        sharpen started (a recovery offer), the keys typed before it were meant for the buffer, not
+        for a question nobody had seen yet (a typed Enter answered "Restore all"): they wait until
+        the dialog is gone; keys typed after it appeared are the dialog's."""
         self.ready = True
         held, self.held = self.held, []
+        if held and self.app.screen is not self.app.screen_stack[0]:
+            self.deferred = held
+            self._wait_for_dialog = self.app.set_interval(0.05, self._after_dialog)
+            return
+        await self._replay(held)
+
+    async def _after_dialog(self) -> None:
+        if self.deferred and self.app.screen is self.app.screen_stack[0]:
+            await self._replay_deferred()
+
+    async def _replay_deferred(self) -> None:
+        self._wait_for_dialog.stop()
+        deferred, self.deferred = self.deferred, []
+        await self._replay(deferred)
+
+    async def _replay(self, held: list[events.Event]) -> None:
         for event in held:
             if isinstance(event, events.Key) and event.key == "ctrl+j":
                 event = events.Key("enter", "\r")  # typed before raw mode: the terminal's ICRNL made it LF
@@ -61,6 +81,8 @@ class KeyOrder:
             self.held.append(event)
             return True
         app = self.app
+        if self.deferred and app.screen is app.screen_stack[0]:  # the start's dialog is gone: its keys first
+            await self._replay_deferred()
         screen = app.screen
         if screen is not app.screen_stack[0] and not getattr(screen, "_sharpen_keys_ready", False):
             await self._screen_ready(screen)  # a dialog was just pushed: its widgets may still be mounting
