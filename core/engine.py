@@ -20,7 +20,7 @@ from .denoiser import DenoiserLike
 from .errors import Cancelled, UsageError
 from .instruct import build_instruct_canvas, uses_chat
 from .length import AdaptiveLength, filled_up, next_budgets, start_budget
-from .newlines import match_newlines, newline_style
+from .newlines import drop_undecodable, match_newlines, newline_style
 from .prompted import prompt_canvas, prompt_form
 from .loops import Frame, LoopRules, run_loop, slot_room
 from .settings import LENGTHS, Editing, Sampling
@@ -193,7 +193,8 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
         banned = getattr(denoiser, "banned_ids", None)
         drop = frozenset((*spec.end_ids, spec.mask_id, *(banned.tolist() if banned is not None else ())))
         newline = newline_style(text)
-        per_sample = [[match_newlines(span_text(list(ids), tok, drop), newline) for ids in sample] for sample in frame.final_ids]
+        per_sample = [[drop_undecodable(match_newlines(span_text(list(ids), tok, drop), newline), text) for ids in sample]
+                      for sample in frame.final_ids]
         seconds = time.perf_counter() - started
         if row_lengths is not None:
             result = _ranked_result(text, ordered, frame, per_sample, row_lengths, settings.samples, drop, candidates, tok, seconds)

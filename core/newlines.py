@@ -13,7 +13,14 @@ def newline_style(text: str) -> str:
 
 
 def match_newlines(piece: str, newline: str) -> str:
-    """Generated text follows the document's line endings (a CRLF file stays CRLF)."""
-    if newline == "\r\n":
-        return piece.replace("\r\n", "\n").replace("\n", "\r\n")
-    return piece
+    """Generated text follows the document's line endings (a CRLF file stays CRLF): every break a
+    model writes, CRLF or a lone CR included (a broken model wrote lone CRs into LF files), is
+    the document's."""
+    piece = piece.replace("\r\n", "\n").replace("\r", "\n")
+    return piece.replace("\n", "\r\n") if newline == "\r\n" else piece
+
+
+def drop_undecodable(piece: str, text: str) -> str:
+    """Bytes a model wrote that form no UTF-8 decode as U+FFFD: dropped, unless the document
+    itself holds U+FFFD (then the model may be writing it on purpose)."""
+    return piece if "\ufffd" in text else piece.replace("\ufffd", "")

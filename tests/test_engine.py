@@ -83,3 +83,23 @@ def test_a_span_after_blanks_does_not_repeat_them(tiny_denoiser):
     back = narrowed(fake, text, [span], [4])
     assert back.spans[0].span == span and back.spans[0].alternatives == ("return 1", "return 2")
     assert back.samples == ("def f(n):\n    return 1\nx = 1\n", "def f(n):\n    return 2\nx = 1\n")
+
+
+def test_generated_text_gets_the_documents_line_breaks_and_no_undecodable_bytes():
+    """A broken model wrote lone CRs and U+FFFD into LF files: every break it writes becomes the
+    document's, and U+FFFD (bytes that form no UTF-8) is dropped unless the file holds one."""
+    from sharpen.core.newlines import drop_undecodable, match_newlines
+
+    assert match_newlines("a\rb\r\nc\nd", "\n") == "a\nb\nc\nd"
+    assert match_newlines("a\rb\r\nc\nd", "\r\n") == "a\r\nb\r\nc\r\nd"
+    assert drop_undecodable("x\ufffdy", "plain text") == "xy"
+    assert drop_undecodable("x\ufffdy", "a file that holds \ufffd already") == "x\ufffdy"
+
+
+def test_an_edit_never_writes_a_lone_cr_or_u_fffd_into_an_lf_file(tiny_denoiser, monkeypatch):
+    from sharpen.core import engine
+
+    text = "def f(x):\n    return x\n"
+    monkeypatch.setattr(engine, "span_text", lambda ids, tok, drop: "a\rb\ufffd\r\n")  # what a broken model decodes to
+    result = engine.apply_edit(tiny_denoiser, text, [Span(14, 22)], Sampling(steps=2))
+    assert result.spans[0].text == "a\nb\n" and "\r" not in result.text and "\ufffd" not in result.text
