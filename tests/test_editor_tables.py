@@ -295,3 +295,18 @@ async def test_a_run_over_a_buffer_holding_a_lone_surrogate_previews_and_keeps_i
         await pilot.press("tab")
         await wait_for(pilot, lambda: pane.phase == IDLE)
         assert editor.document.lines[0] == "t = '\udc80'" and editor.document.lines[-2:] == ["y = 2", ""]
+
+
+async def test_ctrl_home_and_ctrl_end_go_to_the_ends_of_the_document(tmp_path):
+    path = tmp_path / "a.py"
+    path.write_text("x = 1\ny = 2\nz = 3\n")
+    app = make_app([path])
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        editor.move_cursor((1, 2))
+        await pilot.press("ctrl+end", "w")
+        assert editor.text.endswith("z = 3\nw")
+        await pilot.press("ctrl+home", "v")
+        assert editor.text.startswith("vx = 1")
+        await pilot.press("ctrl+shift+end")
+        assert editor.selected_text == "x = 1\ny = 2\nz = 3\nw"

@@ -90,7 +90,14 @@ class EditorArea(TextArea, inherit_bindings=False):
     # tab (the app), and the focused TextArea's binding came first, so those keys never reached
     # the commands the help lists. TextArea's bindings are taken whole, less those keys
     # (tests/test_editor_tables.py holds every key sharpen binds against these).
-    BINDINGS = inherited_bindings(TextArea, without=("f6", "f7", "ctrl+pageup", "ctrl+pagedown"))
+    BINDINGS = [
+        *inherited_bindings(TextArea, without=("f6", "f7", "ctrl+pageup", "ctrl+pagedown")),
+        # TextArea binds no key to the start and end of the document; every editor does.
+        Binding("ctrl+home", "cursor_document_start", "Document start", show=False),
+        Binding("ctrl+end", "cursor_document_end", "Document end", show=False),
+        Binding("ctrl+shift+home", "cursor_document_start(True)", "Select to document start", show=False),
+        Binding("ctrl+shift+end", "cursor_document_end(True)", "Select to document end", show=False),
+    ]
 
     dirty: reactive[bool] = reactive(False)
     mark_count: reactive[int] = reactive(0)
@@ -311,6 +318,12 @@ class EditorArea(TextArea, inherit_bindings=False):
             return "code"
 
         return kind
+
+    def action_cursor_document_start(self, select: bool = False) -> None:
+        self.move_cursor((0, 0), select=select)
+
+    def action_cursor_document_end(self, select: bool = False) -> None:
+        self.move_cursor(self.document.end, select=select)
 
     def action_delete_left(self) -> None:
         """Backspace: in a line's leading spaces, back one indent level; elsewhere one character."""
