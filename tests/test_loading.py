@@ -133,8 +133,15 @@ def test_load_peak_stays_near_the_loaded_size(dream_60m, dtype, quantize, device
         assert m["weights"] == float32_bytes(dream_60m) * (2 if dtype == "bfloat16" else 4) // 4
         assert m["peak"] <= 1.25 * m["weights"], (m["peak"] / m["weights"], m)
     else:
+        # At 60M parameters the part of a load that does not grow with the model (the tokenizer,
+        # tables, the allocator's arenas: 40-50 MB here) is a third of the int8 weights and swings
+        # by 15 MB from run to run, so the bound on the whole peak (0.5x the float32 weights) is
+        # held at the 180M shape by bench/load_peak.py (0.33x). Here: what the load keeps is the
+        # int8 weights plus that fixed part, and its transient above that is a small share of
+        # the weights (a full-precision copy of any large tensor would break it).
         assert m["weights"] < 0.4 * float32_bytes(dream_60m)  # int8 linears, the embedding in float32
-        assert m["peak"] <= 0.5 * float32_bytes(dream_60m), (m["peak"] / float32_bytes(dream_60m), m)
+        assert m["kept"] - m["weights"] <= 64 * 2**20, m
+        assert m["peak"] - m["kept"] <= 0.25 * m["weights"], ((m["peak"] - m["kept"]) / m["weights"], m)
 
 
 def test_shards_read_rows_in_chunks_equal_to_the_whole_tensor(tmp_path):
