@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 
 from .errors import ModelError
+from .shards import RowSource
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class _Entry:
         return math.prod(self.shape[1:]) * self.dtype.itemsize
 
 
-class DerivedShards:
+class DerivedShards(RowSource):
     """A checkpoint's shards (core/shards.py Shards) with derived tensors added, read by rows like
     stored ones: `entries`, `shapes`, `rows`, `read`, `chunks` as Shards has them. Rows of a
     derived tensor are copied from its parts' rows into one reused buffer (valid until the next
@@ -135,15 +135,6 @@ class DerivedShards:
     def close(self) -> None:
         self.shards.close()
 
-    def __enter__(self) -> "DerivedShards":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {name: entry.shape for name, entry in self.entries.items()}
-
     def rows(self, name: str, start: int, stop: int) -> torch.Tensor:
         """Rows [start, stop) of `name` (leading index of a derived tensor), valid until the next read."""
         if name not in self.derived:
@@ -163,15 +154,3 @@ class DerivedShards:
                 flat[lo - want_from:hi - want_from] = self.shards.rows(source, a + lo - row, a + hi - row)
             row += b - a
         return out
-
-    def read(self, name: str) -> torch.Tensor:
-        shape = self.entries[name].shape
-        return self.rows(name, 0, shape[0] if shape else 1).clone()
-
-    def chunks(self, name: str, multiple: int = 1) -> Iterator[tuple[int, int, torch.Tensor]]:
-        entry = self.entries[name]
-        n = entry.shape[0] if entry.shape else 1
-        step = max(multiple, self.chunk_bytes // max(entry.row_bytes, 1) // multiple * multiple)
-        for start in range(0, n, step):
-            stop = min(n, start + step)
-            yield start, stop, self.rows(name, start, stop)

@@ -71,7 +71,46 @@ def read_header(file: Path, handle: BinaryIO) -> dict[str, Entry]:
         raise ModelError(f"corrupt or truncated weights file {file.name}: {exc}") from None
 
 
-class Shards:
+class RowSource:
+    """What a loader reads tensors through, by rows: `entries` (name -> dtype, shape, row_bytes),
+    `chunk_bytes` and `rows()` / `close()` are the source's own; the rest is built on them, once
+    for the stored tensors (Shards) and the derived ones (core/derived.py DerivedShards)."""
+
+    entries: dict
+    chunk_bytes: int
+
+    def rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: entry.shape for name, entry in self.entries.items()}
+
+    def read(self, name: str) -> torch.Tensor:
+        """A whole tensor, in a buffer of its own (for the small ones: norms, biases)."""
+        shape = self.entries[name].shape
+        return self.rows(name, 0, shape[0] if shape else 1).clone()
+
+    def chunks(self, name: str, multiple: int = 1) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """(start, stop, rows) over tensor `name`, each about `chunk_bytes` and a multiple of
+        `multiple` rows (a packed int4 layout tiles rows in blocks), the last one the rest."""
+        entry = self.entries[name]
+        n = entry.shape[0] if entry.shape else 1
+        step = max(multiple, self.chunk_bytes // max(entry.row_bytes, 1) // multiple * multiple)
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            yield start, stop, self.rows(name, start, stop)
+
+
+class Shards(RowSource):
     """Every tensor of a checkpoint's files, by name, read in row ranges.
 
         with Shards(files) as shards:
@@ -104,15 +143,6 @@ class Shards:
         self._handles.clear()
         self._buffer = None
 
-    def __enter__(self) -> "Shards":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {name: entry.shape for name, entry in self.entries.items()}
-
     def rows(self, name: str, start: int, stop: int) -> torch.Tensor:
         """Rows [start, stop) of tensor `name` in its own dtype, in the shared buffer: valid until the next read."""
         entry = self.entries[name]
@@ -133,18 +163,3 @@ class Shards:
         except (OSError, EOFError) as exc:
             raise ModelError(f"corrupt or truncated weights file {entry.file.name}: {exc}") from None
         return out.view(entry.dtype).view(shape)
-
-    def read(self, name: str) -> torch.Tensor:
-        """A whole tensor, in a buffer of its own (for the small ones: norms, biases)."""
-        shape = self.entries[name].shape
-        return self.rows(name, 0, shape[0] if shape else 1).clone()
-
-    def chunks(self, name: str, multiple: int = 1) -> Iterator[tuple[int, int, torch.Tensor]]:
-        """(start, stop, rows) over tensor `name`, each about `chunk_bytes` and a multiple of
-        `multiple` rows (a packed int4 layout tiles rows in blocks), the last one the rest."""
-        entry = self.entries[name]
-        n = entry.shape[0] if entry.shape else 1
-        step = max(multiple, self.chunk_bytes // max(entry.row_bytes, 1) // multiple * multiple)
-        for start in range(0, n, step):
-            stop = min(n, start + step)
-            yield start, stop, self.rows(name, start, stop)
