@@ -27,6 +27,7 @@ time (`batchable`).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -53,6 +54,20 @@ MAX_WAIT = 0.02  # seconds
 # already compute-bound: 4 canvases of 200 rows packed cost 1.15x the four one after another, so
 # a whole-canvas pass runs in its own pack, in parallel with the others where a core is free.
 ROWS_PER_PASS = 128
+
+
+def pass_lanes(device: torch.device) -> int:
+    """How many packs of one step can run side by side: on a CPU, the cores a pass leaves idle
+    (a pass uses torch's threads; the embedded model's one), on a GPU one (its queue is one).
+
+    Splitting a step's cached passes over two cores costs CPU time (4 runs' 8-row steps as two
+    packs of two: 1.3x the one pack of four) and halves the step's wall time, in which the runs
+    otherwise wait for the one pack with the second core idle: 4 clients of the embedded model
+    on 2 cores, see bench/serve.py."""
+    if device.type != "cpu":
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, torch.get_num_threads()))
 
 
 def batchable(denoiser) -> bool:
@@ -112,13 +127,15 @@ def packed_scores(model: Transformer, passes: list[Pass]) -> list[torch.Tensor]:
 class StepBatcher:
     """Gathers the passes of the runs on one model into one forward pass per step."""
 
-    def __init__(self, denoiser: Denoiser, max_wait: float = MAX_WAIT, rows: int = ROWS_PER_PASS) -> None:
+    def __init__(self, denoiser: Denoiser, max_wait: float = MAX_WAIT, rows: int = ROWS_PER_PASS, lanes: int | None = None) -> None:
         self.denoiser = denoiser
         self.max_wait = max_wait
         self.rows = rows  # most rows in one packed pass (ROWS_PER_PASS)
+        self.lanes = lanes if lanes is not None else pass_lanes(denoiser.device)  # packs a step spreads over
         self._changed = threading.Condition()
         self._members = 0  # runs inside member(): each hands in one pass per step
         self._pending: list[Pass] = []
+        self._in_flight = 0  # passes in packs that are running
         self._since = 0.0  # when the oldest pending pass was handed in
         self.passes = 0  # packed forward passes run
         self.rows_per_pass: list[int] = []  # how many runs' passes each packed pass held, in the order they formed (tests)
@@ -150,14 +167,20 @@ class StepBatcher:
                         self._run(pack)
                     finally:
                         self._changed.acquire()
+                        self._in_flight -= len(pack)
                         self._changed.notify_all()
                     continue
                 waited = time.perf_counter() - self._since
-                if self._pending and work in self._pending and (len(self._pending) >= self._members or waited >= self.max_wait):
+                # Every run that can hand in a pass now has: a run whose pass is running cannot,
+                # and waiting for it would idle the others for the length of its pass (a whole
+                # canvas is ten cached steps of the embedded model).
+                ready = len(self._pending) >= self._members - self._in_flight
+                if self._pending and work in self._pending and (ready or waited >= self.max_wait):
                     for pack in self._packs(self._pending):
                         pack[0].pack = pack  # each pack runs in the thread of its first run
                         self.passes += 1
                         self.rows_per_pass.append(len(pack))
+                    self._in_flight += len(self._pending)
                     self._pending = []
                     self._changed.notify_all()
                 else:
@@ -167,17 +190,22 @@ class StepBatcher:
         return work.logits
 
     def _packs(self, passes: list[Pass]) -> list[list[Pass]]:
-        """The step's passes in packs of at most `rows` rows (a bigger pass is a pack of its own)."""
-        packs: list[list[Pass]] = []
-        rows = 0
-        for work in sorted(passes, key=lambda w: w.ids.numel()):
-            if packs and rows + work.ids.numel() <= self.rows:
-                packs[-1].append(work)
-                rows += work.ids.numel()
-            else:
-                packs.append([work])
-                rows = work.ids.numel()
-        return packs
+        """The step's passes in packs: a pass over more than `rows` rows is a pack of its own; the
+        small ones share as few packs as hold them in `rows` each, and as many as there are lanes
+        left beside the big ones, balanced by rows (each pack runs on a core of its own)."""
+        big = [[w] for w in passes if w.ids.numel() > self.rows]
+        small = sorted((w for w in passes if w.ids.numel() <= self.rows), key=lambda w: -w.ids.numel())
+        if not small:
+            return big
+        total = sum(w.ids.numel() for w in small)
+        count = min(len(small), max(-(-total // self.rows), self.lanes - len(big)))
+        packs: list[list[Pass]] = [[] for _ in range(count)]
+        rows = [0] * count
+        for work in small:  # the largest first, each into the pack with the fewest rows so far
+            i = rows.index(min(rows))
+            packs[i].append(work)
+            rows[i] += work.ids.numel()
+        return big + packs
 
     def _run(self, batch: list[Pass]) -> None:
         """One packed pass for `batch`; if it fails, each pass alone, so only a broken run fails."""

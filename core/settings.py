@@ -16,6 +16,7 @@ field its own way in the message (`--top-p`, `[sampling] top_p`).
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 import typing
@@ -75,9 +76,17 @@ def rule_of(f) -> Rule:
     return f.metadata["rule"]
 
 
+@functools.cache
+def _hints(cls) -> dict[str, Any]:
+    # Once per class: get_type_hints evaluates every string annotation (this module's
+    # `from __future__ import annotations`), 0.3 ms a field, and every Sampling a server
+    # request builds is checked field by field.
+    return typing.get_type_hints(cls)
+
+
 def value_type(cls, name: str) -> tuple[type, bool]:
     """(the value's type, whether None is allowed) from the field's annotation."""
-    hint = typing.get_type_hints(cls)[name]
+    hint = _hints(cls)[name]
     args = typing.get_args(hint)
     if type(None) in args:
         return next(a for a in args if a is not type(None)), True

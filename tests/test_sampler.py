@@ -326,6 +326,35 @@ def test_block_refresh_recomputes_only_the_finished_and_the_new_block(tiny_denoi
         assert block_runs[2] == list(range(first, T)) and block_runs[5] == list(range(first + 3, T))
 
 
+def test_with_block_refresh_the_infill_length_pass_is_the_one_whole_canvas_pass(tiny_denoiser):
+    """refresh="block": the length pass writes the cache, and the first block recomputes every
+    infill slot it may have padded with itself, instead of a second whole-canvas pass; with
+    "canvas" the length pass stays cacheless and each block still starts with a whole canvas."""
+    class Spy:
+        def __init__(self, inner):
+            self.inner, self.calls = inner, []
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def logits(self, ids, want=None, run=None, cache=None):
+            self.calls.append((None if run is None else run.tolist(), cache is not None))
+            return self.inner.logits(ids, want=want, run=run, cache=cache)
+
+    span = Span(48, 48, max_tokens=9)
+    block, canvas = Spy(tiny_denoiser), Spy(tiny_denoiser)
+    settings = Sampling(block_size=3, schedule="fixed", refresh="block")
+    apply_edit(block, TEXT, [span], settings)
+    apply_edit(canvas, TEXT, [span], dataclasses.replace(settings, refresh="canvas"))
+    whole = [(run, cached) for run, cached in block.calls if run is None]
+    assert whole == [(None, True)]  # the length pass, writing the cache; nothing else is whole
+    first_block = block.calls[1][0]
+    slots = build_canvas(TEXT, [span], tiny_denoiser.tokenizer, tiny_denoiser.spec.mask_id, 1024, tiny_denoiser.max_len).slots[0]
+    assert first_block == list(slots)  # every infill slot: the pads the length pass wrote are stale
+    assert block.calls[2][0] == list(slots)[:3]  # then the block alone
+    assert canvas.calls[0] == (None, False) and sum(run is None for run, _ in canvas.calls) == 4  # length + 3 blocks
+
+
 @pytest.mark.parametrize("lengths", [(1,), (5,), (12,), (20,), (64,), (3, 10), (9, 0, 17, 2)])
 @pytest.mark.parametrize("block_size", [0, 1, 3, 8])
 @pytest.mark.parametrize("steps", [None, 1, 4, 7, 100])

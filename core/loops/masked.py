@@ -12,7 +12,10 @@ whole canvas and keeps every layer's keys and values; later steps of a block rec
 the block (dual) or the block and what follows it (prefix) against that cache. At a new
 block, `refresh="canvas"` runs the whole canvas again (Fast-dLLM; released checkpoints'
 default); `refresh="block"` (the embedded model's) recomputes only the finished block, whose
-keys and values went stale when its masks became tokens, together with the new one. Only the block's rows are projected to the vocabulary.
+keys and values went stale when its masks became tokens, together with the new one; there the
+infill's length pass (LoopRules.expected_length) is the whole-canvas pass that fills the cache,
+and the first block recomputes the slots it padded with itself. Only the block's rows are
+projected to the vocabulary.
 
 Host reads ("is anything left to fill in this block?"; on a GPU each read stalls the launch
 queue until the device catches up). On a CPU, where a read costs nothing, the loop asks before
@@ -150,15 +153,24 @@ def denoise(
     infill_slots = [r for span, r in zip(canvas.spans, canvas.slots) if span.mode == "infill" and len(r)]
     # An infill span's first slot holds content, as in training (no trained span is empty).
     span_openings = {r.start for r in infill_slots} if end_ids.numel() else set()
+    cache = previous_host = first_logits = None
     if rules.expected_length and infill_slots and end_ids.numel():
-        _pad_past_expected_length(denoiser, x, infill_slots, end_ids, mask_id, denoised, banned)
+        if use_cache and (settings.refresh or denoiser.spec.default_refresh) == "block":
+            # The length pass fills the cache: it is a whole-canvas pass, and with block refresh the
+            # first block then recomputes only what the padding made stale (the infill slots) with
+            # itself, as every later block recomputes the block before it, instead of a second
+            # whole-canvas pass (a third of an embedded-model infill's CPU time).
+            cache = denoiser.new_cache(B, T)
+            previous_host = [p for r in infill_slots for p in r]
+        first_logits = _pad_past_expected_length(denoiser, x, slot_positions, infill_slots, end_ids, mask_id, denoised, banned, cache)
     guesses = x.clone()
+    if cache is not None:  # every slot's first guess, from the length pass (the padded ones keep their pad)
+        _update_guesses(first_logits, x, slot_positions, guesses, confidence, mask_id)
     plan = _plan(list(canvas.slots), settings, device, default_block_size(device.type, _parameters(denoiser)))
     total = sum(steps for _, steps, _ in plan)
     yield frame(0, total)
 
     step = 0
-    cache = previous_host = None
     for block, block_steps, block_host in plan:
         if use_cache:  # what each step of this block recomputes, decided on the host once per block
             step_run, refresh_run = _runs(denoiser, settings, block_host, previous_host, T, device)
@@ -345,7 +357,8 @@ def _pad_after_end(x, spans: list[range], end_ids, mask_id: int, denoised, guess
         denoised[:, r.start:r.stop] &= ~fill
 
 
-def _pad_past_expected_length(denoiser, x, spans: list[range], end_ids, mask_id: int, denoised, banned) -> None:
+def _pad_past_expected_length(denoiser, x, slot_positions, spans: list[range], end_ids, mask_id: int, denoised, banned,
+                              cache=None) -> torch.Tensor | None:
     """Decide each infill span's length from one pass over the fully masked canvas (in place).
 
     The model was trained on slots holding the span and then pad, so at slot i it predicts
@@ -353,10 +366,18 @@ def _pad_past_expected_length(denoiser, x, spans: list[range], end_ids, mask_id:
     of 1 - P(pad/eos); the slots past it are padded before any content is written. Without
     this a weak model, whose pad proposals are deferred (the EOS trap), fills every slot it
     is given. A span whose slots are all content (pad banned there) is left as it is.
+
+    With a `cache` the pass writes the canvas's keys/values into it and scores every slot
+    (`slot_positions`): those logits [B, N, V] are returned for the slots' first guesses.
     """
     positions = torch.tensor([p for r in spans for p in r], dtype=torch.long, device=x.device)
-    logits = denoiser.logits(x, want=positions).index_fill(-1, banned, float("-inf"))  # [B, N, V]
-    p_end = logits.softmax(-1)[..., end_ids].sum(-1)  # [B, N]
+    if cache is None:
+        all_logits, logits = None, denoiser.logits(x, want=positions)  # [B, n, V]
+    else:
+        all_logits = denoiser.logits(x, want=slot_positions, cache=cache)  # [B, N, V]
+        logits = all_logits[:, _index_in(slot_positions, positions)]  # [B, n, V]
+    logits = logits.index_fill(-1, banned, float("-inf"))
+    p_end = logits.softmax(-1)[..., end_ids].sum(-1)  # [B, n]
     pad, offset = end_ids[0], 0
     for r in spans:
         p = p_end[:, offset:offset + len(r)]  # [B, S]
@@ -368,6 +389,7 @@ def _pad_past_expected_length(denoiser, x, spans: list[range], end_ids, mask_id:
         fill = past & (x[:, r.start:r.stop] == mask_id)
         x[:, r.start:r.stop] = torch.where(fill, pad, x[:, r.start:r.stop])
         denoised[:, r.start:r.stop] &= ~fill
+    return all_logits
 
 
 def _index_in(sorted_positions: torch.Tensor, subset: torch.Tensor) -> torch.Tensor:
