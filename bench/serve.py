@@ -1,15 +1,18 @@
 """Throughput and latency of `sharpen serve` with 1, 2, 4 and 8 clients at once.
 
-    python bench/serve.py [--model M] [--requests 6] [--max-tokens 32] [--clients 1,2,4,8]
+    python bench/serve.py [--model M] [--requests 6] [--repeats 3] [--max-tokens 32] [--clients 1,2,4,8]
 
 Starts a server process on a free loopback port, then for each client count runs that many
 threads, each sending `--requests` fill-in-the-middle completions (/v1/completions with a
 suffix, different places in a few real files, seeds per request), and prints aggregate tokens
-per second, requests per second and latency percentiles. It does so twice in one run: with the
-server's continuous batching (--max-batch 8: concurrent runs share one forward pass per step,
-core/batch.py) and one run at a time (--max-batch 1), so the table compares the two on the same
-machine within minutes. The server's own CPU seconds per request (utime + stime from /proc)
-show the work batching saves even where other processes share the cores and wall times scatter.
+per second, requests per second and latency percentiles. It does so for two servers side by
+side: one with continuous batching (--max-batch 8: concurrent runs share one forward pass per
+step, core/batch.py) and one running one request at a time (--max-batch 1). Both are up for the
+whole run and their rounds alternate (every client count on one, then on the other, `--repeats`
+times), so load from other work on a shared machine falls on both alike; each row is the median
+over the repeats, and `x one` is the median of each repeat's own ratio to that repeat's
+one-client round (min-max across repeats in brackets). The server's own CPU seconds per request
+(utime + stime from /proc) show the work batching saves even where wall times scatter.
 Prints a table; asserts nothing.
 """
 from __future__ import annotations
@@ -112,32 +115,47 @@ def round_of(port: int, clients: int, requests: int, max_tokens: int, pid: int) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="checkpoint (default: the embedded model)")
-    parser.add_argument("--requests", type=int, default=6, help="requests per client (default 6)")
+    parser.add_argument("--requests", type=int, default=6, help="requests per client per round (default 6)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds per client count and server, alternating (default 3)")
     parser.add_argument("--max-tokens", type=int, default=32, help="slots per completion (default 32)")
     parser.add_argument("--clients", default="1,2,4,8", help="client counts (default 1,2,4,8)")
-    parser.add_argument("--batch", default="8,1", help="the server's --max-batch values to compare (default 8,1: batched, one at a time)")
+    parser.add_argument("--batch", default="8,1", help="the servers' --max-batch values to compare (default 8,1: batched, one at a time)")
     args = parser.parse_args()
-    tables = []
-    for batch in [int(b) for b in args.batch.split(",")]:
-        process, port, log = start_server(args.model, batch)
-        try:
+    batches = [int(b) for b in args.batch.split(",")]
+    counts = [int(c) for c in args.clients.split(",")]
+    servers = []
+    try:
+        for batch in batches:
+            process, port, log = start_server(args.model, batch)
+            servers.append((batch, process, port, log))
             ask(port, jobs(1, args.max_tokens)[0])  # warm-up: first-call costs stay out of the table
-            tables.append((batch, [round_of(port, int(c), args.requests, args.max_tokens, process.pid) for c in args.clients.split(",")]))
-        finally:
+        rounds: dict[tuple[int, int], list[dict]] = {(b, c): [] for b in batches for c in counts}
+        for _ in range(args.repeats):
+            for batch, process, port, _log in servers:
+                for c in counts:
+                    rounds[batch, c].append(round_of(port, c, args.requests, args.max_tokens, process.pid))
+    finally:
+        for _batch, process, _port, _log in servers:
             process.send_signal(signal.SIGINT)
             process.wait(30)
-    print(f"sharpen serve, {args.model or 'embedded model'}, {args.max_tokens} slots per completion, {os.cpu_count()} CPUs visible")
-    print("batch: the server's --max-batch (1: one run at a time); x one: aggregate tok/s over one client's at the same batch;\n"
-          "x serial: over the last batch listed at the same client count; cpu/req: the server's CPU seconds per request")
-    serial = {r["clients"]: r["tok_s"] for r in tables[-1][1]}  # the last mode listed (1 by default)
-    print(f"{'batch':>5} {'clients':>7} {'requests':>8} {'tokens':>7} {'wall s':>7} {'tok/s':>8} {'x one':>6} {'x serial':>8} "
+    median = statistics.median
+    print(f"sharpen serve, {args.model or 'embedded model'}, {args.max_tokens} slots per completion, {os.cpu_count()} CPUs visible, "
+          f"{args.repeats} alternating repeats of {args.requests} requests per client")
+    print("batch: the server's --max-batch (1: one run at a time); x one: aggregate tok/s over one client's at the same batch\n"
+          "(median of the repeats' own ratios, [min-max]); x serial: over the last batch listed at the same client count;\n"
+          "cpu/req: the server's CPU seconds per request; medians over the repeats")
+    print(f"{'batch':>5} {'clients':>7} {'requests':>8} {'tok/s':>8} {'x one':>6} {'[min-max]':>11} {'x serial':>8} "
           f"{'req/s':>6} {'p50 s':>6} {'p95 s':>6} {'cpu/req':>7}")
-    for batch, rows in tables:
-        base = rows[0]["tok_s"]
-        for r in rows:
-            versus = r["tok_s"] / serial[r["clients"]] if r["clients"] in serial else float("nan")
-            print(f"{batch:>5} {r['clients']:>7} {r['requests']:>8} {r['tokens']:>7} {r['wall']:>7.2f} {r['tok_s']:>8.1f} "
-                  f"{r['tok_s'] / base:>6.2f} {versus:>8.2f} {r['req_s']:>6.2f} {r['p50']:>6.3f} {r['p95']:>6.3f} {r['cpu']:>7.3f}")
+    serial = batches[-1]
+    for batch in batches:
+        for c in counts:
+            rows = rounds[batch, c]
+            ratios = [r["tok_s"] / one["tok_s"] for r, one in zip(rows, rounds[batch, counts[0]])]
+            versus = median([r["tok_s"] / s["tok_s"] for r, s in zip(rows, rounds[serial, c])])
+            spread = f"[{min(ratios):.2f}-{max(ratios):.2f}]"
+            print(f"{batch:>5} {c:>7} {sum(r['requests'] for r in rows):>8} {median(r['tok_s'] for r in rows):>8.1f} "
+                  f"{median(ratios):>6.2f} {spread:>11} {versus:>8.2f} {median(r['req_s'] for r in rows):>6.2f} "
+                  f"{median(r['p50'] for r in rows):>6.3f} {median(r['p95'] for r in rows):>6.3f} {median(r['cpu'] for r in rows):>7.3f}")
 
 
 if __name__ == "__main__":
