@@ -82,6 +82,20 @@ def test_llama_vim_infill_body_gets_llama_cpp_fields_and_the_local_answer(server
     assert time.perf_counter() - started < 2
 
 
+def test_infill_reads_n_predict_and_reports_stop_type_as_llama_cpp_does(server, runner):
+    at = PREFIX + "        "
+    endless = httpx.post(f"{server}/infill", json={"input_prefix": at, "input_suffix": SUFFIX, "n_predict": -1}, timeout=60)
+    assert endless.status_code == 200, endless.text  # -1: no limit but the server's own
+    bound = min(512, runner.info.max_len // 2)  # --max-tokens, and half the canvas: room left for context
+    assert endless.json()["content"] == local_text(runner, at + SUFFIX, len(at), bound)
+    assert httpx.post(f"{server}/infill", json={"input_prefix": at, "n_predict": -2}, timeout=30).status_code == 400
+    for n in (1, 2, 64):
+        data = httpx.post(f"{server}/infill", json={"input_prefix": at, "input_suffix": SUFFIX, "n_predict": n}, timeout=60).json()
+        assert data["stop_type"] == ("limit" if data["tokens_predicted"] >= n else "eos"), data
+        if n == 1:
+            assert data["stop_type"] == "limit"  # the one slot holds content: an infill is never empty
+
+
 def test_openai_package_fills_the_middle_with_a_suffix_and_zeds_fim_prompt(server, runner):
     import openai
 

@@ -175,10 +175,13 @@ def sampling_of(server: Server, body: dict) -> Sampling:
         raise HTTPError(400, f"{exc.name} {exc.rule}") from None
 
 
-def token_budget(server: Server, body: dict, *names: str, default: int) -> int:
-    """The slots asked for under the first of `names` present, refused above the server's bound."""
+def token_budget(server: Server, body: dict, *names: str, default: int, endless: int | None = None) -> int:
+    """The slots asked for under the first of `names` present, refused above the server's bound.
+    `endless`: the value that asks for no limit (llama.cpp's n_predict -1): `default` slots."""
     for name in names:
         value = field_of(body, name, int)
+        if value is not None and value == endless:
+            break
         if value is not None:
             if value < 0:
                 raise HTTPError(400, f"{name} must be at least 0")

@@ -8,8 +8,10 @@ answer: content, timings, truncated, tokens_cached, ...; with response_fields on
 paths, flattened ("timings/prompt_n": ...), as llama.cpp does.
 
 A masked-diffusion model fills the whole span at once, so:
-- n_predict is the span's slot budget (pad trims what is not used); 0 is a warm-up: the
-  client is only priming a cache, and nothing runs.
+- n_predict is the span's slot budget (pad trims what is not used); -1 (llama.cpp's "no limit")
+  is the server's own bound (--max-tokens); 0 is a warm-up: the client is only priming a cache,
+  and nothing runs. stop_type is "limit" when every slot held content, as when llama.cpp ran
+  out of n_predict.
 - t_max_predict_ms ends the run early: the answer is what was committed from the left by then.
 - n_indent ends the content at the first later line indented less (llama.cpp's rule).
 - input_extra goes before the prefix, as context a long enough canvas may reach.
@@ -43,7 +45,7 @@ async def infill(request: Request):
     stops = stop_strings(body)
     fields = _response_fields(body)
     stream = field_of(body, "stream", bool, False)
-    n_predict = token_budget(server, body, "n_predict", default=server.max_tokens)
+    n_predict = token_budget(server, body, "n_predict", default=server.max_tokens, endless=-1)  # llama.cpp: -1 is no limit
     predict_ms = field_of(body, "t_max_predict_ms", (int, float), 0)
     sampling = sampling_of(server, body)
     slot = field_of(body, "id_slot", int, -1)
@@ -68,7 +70,8 @@ async def infill(request: Request):
         raise HTTPError(499, "the client closed the request")
     content, word = cut_at_stop(cut_at_indent(content, n_indent), stops)
     first = outcome.first_frame or 0.0
-    answer = _answer(content, server, server.context_tokens(edit), predicted, first, outcome.seconds - first, truncated, slot, word)
+    answer = _answer(content, server, server.context_tokens(edit), predicted, first, outcome.seconds - first, truncated, slot, word,
+                     full=predicted >= n_predict)
     return JSONResponse(_project(answer, fields))
 
 
@@ -125,7 +128,9 @@ def cut_at_indent(content: str, n_indent: int) -> str:
     return content
 
 
-def _answer(content, server, prompt_n, predicted_n, prompt_s, predict_s, truncated, slot, word) -> dict:
+def _answer(content, server, prompt_n, predicted_n, prompt_s, predict_s, truncated, slot, word, full: bool = False) -> dict:
+    """llama.cpp's answer. stop_type as llama.cpp's: "word" (a stop string), "limit" (every one of
+    the n_predict slots held content, or t_max_predict_ms ran out), else "eos" (the model ended it)."""
     prompt_ms, predicted_ms = prompt_s * 1000, predict_s * 1000
     return {
         "content": content,
@@ -135,7 +140,7 @@ def _answer(content, server, prompt_n, predicted_n, prompt_s, predict_s, truncat
         "tokens_predicted": predicted_n,
         "tokens_evaluated": prompt_n,
         "truncated": truncated,
-        "stop_type": "word" if word else "limit" if truncated else "eos",
+        "stop_type": "word" if word else "limit" if truncated or full else "eos",
         "stopping_word": word or "",
         "tokens_cached": 0,  # no prompt cache is kept between requests
         "timings": {
@@ -169,7 +174,7 @@ async def _stream(server, events, edit, at: int, n_indent: int, stops: list[str]
                 final, word = cut_at_stop(cut_at_indent(event.result.spans[0].text, n_indent), stops)
                 rest = final[len(sent):] if final.startswith(sent) else ""
                 seconds = time.perf_counter() - started
-                answer = _answer(rest, server, 0, event.result.tokens, 0.0, seconds, False, slot, word)
+                answer = _answer(rest, server, 0, event.result.tokens, 0.0, seconds, False, slot, word, full=event.result.tokens >= edit.spans[0].max_tokens)
                 yield sse(answer)
                 return
             elif isinstance(event, Failed):  # the run failed after the stream began
