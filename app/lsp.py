@@ -75,6 +75,39 @@ class Completer:
         return ""
 
 
+def answering_protocol():
+    """pygls' protocol, except that a request whose params do not read as the method's type gets
+    JSON-RPC's -32602 answer. pygls logs it and sends nothing, and a client waits for the answer
+    to that id for ever (Neovim's inline completion stops asking)."""
+    from dataclasses import dataclass
+
+    from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+    from pygls.protocol import LanguageServerProtocol
+
+    @dataclass(frozen=True)
+    class Unreadable:
+        id: int | str
+        method: str
+
+    class AnsweringProtocol(LanguageServerProtocol):
+        def structure_message(self, data):
+            try:
+                return super().structure_message(data)
+            except JsonRpcException:
+                if isinstance(data.get("id"), (int, str)) and not isinstance(data.get("id"), bool) and isinstance(data.get("method"), str):
+                    return Unreadable(data["id"], data["method"])
+                raise  # a notification or a response: JSON-RPC answers neither
+
+        def handle_message(self, message):
+            if isinstance(message, Unreadable):
+                error = JsonRpcInvalidParams(f"{message.method}: the params do not match the method's (LSP 3.18)")
+                self._send_response(message.id, None, error.to_response_error())
+                return None
+            return super().handle_message(message)
+
+    return AnsweringProtocol
+
+
 def build_server(completer: Completer):
     from importlib.metadata import PackageNotFoundError, version
 
@@ -87,7 +120,7 @@ def build_server(completer: Completer):
         release = version("sharpen")
     except PackageNotFoundError:
         release = "0"
-    server = LanguageServer("sharpen", release)
+    server = LanguageServer("sharpen", release, protocol_cls=answering_protocol())
 
     @server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
     async def inline_completion(ls: LanguageServer, params: lsp.InlineCompletionParams):

@@ -107,3 +107,26 @@ async def test_a_document_not_open_is_no_completion_and_a_position_past_the_end_
         assert (end.line, end.character) == (TEXT.count("\n"), 0)  # the document's end, not line 99
     finally:
         await _stop(client)
+
+
+async def test_a_request_whose_params_do_not_read_gets_an_invalid_params_answer(runner):
+    """JSON-RPC answers every request: a malformed inlineCompletion gets -32602 at once (pygls
+    alone sent nothing, and the client waited for ever), and the server goes on answering."""
+    from lsprotocol import types as lsp
+    from pygls.exceptions import JsonRpcException
+
+    client, _ = await _client("--steps", "8")
+    try:
+        typed = client.protocol.get_message_type
+        client.protocol.get_message_type = lambda method: None  # send the dict as it is, untyped
+        try:
+            broken = client.protocol.send_request_async(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, {"textDocument": 5, "position": "here"})
+        finally:
+            client.protocol.get_message_type = typed
+        with pytest.raises(JsonRpcException) as caught:
+            await asyncio.wait_for(broken, 30)
+        assert caught.value.code == -32602 and "textDocument/inlineCompletion" in caught.value.message
+        answer = await asyncio.wait_for(client.text_document_inline_completion_async(_params()), 60)
+        assert len(answer.items) == 1
+    finally:
+        await _stop(client)
