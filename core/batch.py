@@ -7,8 +7,9 @@
 
 Each run keeps its own loop, canvas, block plan, KV cache and commit rule (core/loops/masked.py
 runs as it does alone). Only its denoiser is a view: `view.logits(...)` hands the pass to the
-batcher and waits. When every run in the batch has handed in its step's pass (or MAX_WAIT has
-passed since the first one did), they run as one packed forward pass (several side by side
+batcher and waits. When every run in the batch that can has handed in its step's pass (a run
+whose own pass is still running cannot, and is not waited for), or MAX_WAIT has passed since the
+first one did, they run as one packed forward pass (several side by side
 when their rows pass ROWS_PER_PASS) and each run gets its own logits back; a run that finishes or is cancelled leaves the batch, and a new run
 joins at the next step boundary.
 
@@ -27,7 +28,6 @@ time (`batchable`).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from contextlib import contextmanager
@@ -54,20 +54,6 @@ MAX_WAIT = 0.02  # seconds
 # already compute-bound: 4 canvases of 200 rows packed cost 1.15x the four one after another, so
 # a whole-canvas pass runs in its own pack, in parallel with the others where a core is free.
 ROWS_PER_PASS = 128
-
-
-def pass_lanes(device: torch.device) -> int:
-    """How many packs of one step can run side by side: on a CPU, the cores a pass leaves idle
-    (a pass uses torch's threads; the embedded model's one), on a GPU one (its queue is one).
-
-    Splitting a step's cached passes over two cores costs CPU time (4 runs' 8-row steps as two
-    packs of two: 1.3x the one pack of four) and halves the step's wall time, in which the runs
-    otherwise wait for the one pack with the second core idle: 4 clients of the embedded model
-    on 2 cores, see bench/serve.py."""
-    if device.type != "cpu":
-        return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, torch.get_num_threads()))
 
 
 def batchable(denoiser) -> bool:
@@ -127,11 +113,10 @@ def packed_scores(model: Transformer, passes: list[Pass]) -> list[torch.Tensor]:
 class StepBatcher:
     """Gathers the passes of the runs on one model into one forward pass per step."""
 
-    def __init__(self, denoiser: Denoiser, max_wait: float = MAX_WAIT, rows: int = ROWS_PER_PASS, lanes: int | None = None) -> None:
+    def __init__(self, denoiser: Denoiser, max_wait: float = MAX_WAIT, rows: int = ROWS_PER_PASS) -> None:
         self.denoiser = denoiser
         self.max_wait = max_wait
         self.rows = rows  # most rows in one packed pass (ROWS_PER_PASS)
-        self.lanes = lanes if lanes is not None else pass_lanes(denoiser.device)  # packs a step spreads over
         self._changed = threading.Condition()
         self._members = 0  # runs inside member(): each hands in one pass per step
         self._pending: list[Pass] = []
@@ -191,14 +176,12 @@ class StepBatcher:
 
     def _packs(self, passes: list[Pass]) -> list[list[Pass]]:
         """The step's passes in packs: a pass over more than `rows` rows is a pack of its own; the
-        small ones share as few packs as hold them in `rows` each, and as many as there are lanes
-        left beside the big ones, balanced by rows (each pack runs on a core of its own)."""
+        small ones share as few packs as hold them in `rows` each, balanced by rows."""
         big = [[w] for w in passes if w.ids.numel() > self.rows]
         small = sorted((w for w in passes if w.ids.numel() <= self.rows), key=lambda w: -w.ids.numel())
         if not small:
             return big
-        total = sum(w.ids.numel() for w in small)
-        count = min(len(small), max(-(-total // self.rows), self.lanes - len(big)))
+        count = -(-sum(w.ids.numel() for w in small) // self.rows)
         packs: list[list[Pass]] = [[] for _ in range(count)]
         rows = [0] * count
         for work in small:  # the largest first, each into the pack with the fewest rows so far

@@ -99,7 +99,7 @@ def test_four_runs_batched_equal_each_run_alone_token_for_token(embedded):
     runner = Runner(embedded, batch=4)
     assert runner.batcher is not None
     runner.batcher.max_wait = 1.0  # each pass waits for all four
-    runner.batcher.rows, runner.batcher.lanes = 10**6, 1  # and packs them all in one, whole canvases too: every step is shared
+    runner.batcher.rows = 10**6  # and packs them all, whole canvases too: every step is shared
     events = run_together(runner, requests())
     assert [fingerprint(e[-1]) for e in events] == alone
     # Frames per run, as alone: step 0 .. n, then the result.
@@ -150,7 +150,7 @@ def test_a_stopped_run_leaves_the_batch_within_one_step_and_the_others_are_uncha
 
 def test_runs_beyond_the_batch_wait_their_turn_and_join_at_a_step_boundary(embedded):
     runner = Runner(embedded, max_waiting=4, batch=2)
-    runner.batcher.max_wait, runner.batcher.rows, runner.batcher.lanes = 1.0, 10**6, 1  # every step of the two running is shared
+    runner.batcher.max_wait, runner.batcher.rows = 1.0, 10**6  # every step of the two running is shared
     events = run_together(runner, requests()[:3])
     assert all(isinstance(e[-1], Done) for e in events)
     assert max(runner.batcher.rows_per_pass) == 2  # never more than the batch
@@ -188,7 +188,7 @@ def test_a_full_batch_and_a_full_line_refuse_the_next_run(embedded):
 
 def test_a_pass_that_fails_in_a_pack_fails_only_its_own_run(embedded):
     runner = Runner(embedded, batch=2)
-    runner.batcher.max_wait, runner.batcher.lanes = 1.0, 1  # one pack, whatever the cores
+    runner.batcher.max_wait = 1.0
     good = torch.tensor([embedded.tokenizer.encode("def add(a, b):\n    return a + b\n")])  # [1, T]
     broken = torch.full((1, 9), 10**6)  # ids past the vocabulary: the embedding raises
     out: dict = {}
@@ -212,7 +212,7 @@ def test_a_pass_that_fails_in_a_pack_fails_only_its_own_run(embedded):
     assert torch.equal(out["good"], embedded.logits(good))
 
 
-def test_a_step_spreads_its_small_passes_over_the_lanes_and_keeps_whole_canvases_alone(embedded):
+def test_a_step_packs_its_small_passes_and_keeps_whole_canvases_alone(embedded):
     from sharpen.core.batch import StepBatcher
 
     def work(rows: int) -> Pass:
@@ -220,13 +220,10 @@ def test_a_step_spreads_its_small_passes_over_the_lanes_and_keeps_whole_canvases
 
     steps = [work(8) for _ in range(4)]
     canvas = work(250)
-    two = StepBatcher(embedded, rows=128, lanes=2)
-    assert sorted(len(p) for p in two._packs(steps)) == [2, 2]  # two cores: two packs of two
-    packs = two._packs([canvas, *steps[:3]])
-    assert packs[0] == [canvas] and sorted(len(p) for p in packs[1:]) == [3]  # the canvas holds a lane
-    assert [len(p) for p in StepBatcher(embedded, rows=128, lanes=1)._packs(steps)] == [4]
-    assert sorted(len(p) for p in StepBatcher(embedded, rows=16, lanes=1)._packs(steps)) == [2, 2]  # rows bound a pack
-    every = [w for p in two._packs([canvas, *steps]) for w in p]
+    packs = StepBatcher(embedded, rows=128)._packs([canvas, *steps])
+    assert packs[0] == [canvas] and [len(p) for p in packs[1:]] == [4]  # the canvas alone, the steps together
+    assert sorted(len(p) for p in StepBatcher(embedded, rows=16)._packs(steps)) == [2, 2]  # rows bound a pack, balanced
+    every = [w for p in packs for w in p]
     assert sorted(map(id, every)) == sorted(map(id, [canvas, *steps]))  # each pass in exactly one pack
 
 
@@ -243,7 +240,7 @@ def test_a_run_is_not_held_back_by_a_pass_already_running(embedded):
                 release.wait(30)
             super()._run(batch)
 
-    batcher = Slow(embedded, max_wait=20.0, lanes=1)
+    batcher = Slow(embedded, max_wait=20.0)
     long_ids = torch.randint(0, 4000, (1, 200))
     short_ids = torch.randint(0, 4000, (1, 20))
     out: dict = {}
