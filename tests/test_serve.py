@@ -460,11 +460,11 @@ async def test_the_editor_on_a_server_without_drafts_says_so_and_still_edits(ser
 
 
 def test_serve_bench_prints_a_row_per_client_count():
-    out = subprocess.run([sys.executable, "bench/serve.py", "--requests", "1", "--clients", "1,2", "--max-tokens", "8"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    out = subprocess.run([sys.executable, "bench/serve.py", "--requests", "1", "--repeats", "1", "--clients", "1,2", "--max-tokens", "8",
+                          "--batch", "8x2,1"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
-    rows = [line.split() for line in out.stdout.splitlines() if line.split() and line.split()[0].isdigit()]
-    # Batched (--max-batch 8) and one at a time (1), in one run: batch, clients, requests.
-    assert [r[:3] for r in rows] == [["8", "1", "1"], ["8", "2", "2"], ["1", "1", "1"], ["1", "2", "2"]]
-    assert rows[0][6] == rows[2][6] == "1.00"  # the x-one column is relative to one client at the same batch
-    assert rows[2][7] == rows[3][7] == "1.00"  # x serial: one at a time against itself
+    rows = [line.split() for line in out.stdout.splitlines() if line.split() and line.split()[1].isdigit()]
+    # Two batched processes (clients spread over them) and one at a time, in one run: mode, clients, requests.
+    assert [r[:3] for r in rows] == [["8x2", "1", "1"], ["8x2", "2", "2"], ["1", "1", "1"], ["1", "2", "2"]]
+    assert rows[0][4] == rows[2][4] == "1.00"  # the x-one column is relative to one client in the same mode
+    assert rows[2][6] == rows[3][6] == "1.00"  # x serial: one at a time against itself
