@@ -17,7 +17,7 @@ from .candidates import CandidatePlan, ExactRows, candidate_rows, plan_canvas_sp
 from .canvas import build_canvas, span_text
 from .changes import ChangeSet
 from .denoiser import DenoiserLike
-from .errors import Cancelled, UsageError
+from .errors import Cancelled, ModelError, UsageError
 from .instruct import build_instruct_canvas, uses_chat
 from .length import AdaptiveLength, filled_up, next_budgets, start_budget
 from .newlines import drop_undecodable, match_newlines, newline_style
@@ -187,6 +187,7 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
         if not frame.done:
             yield EditFrame(frame)
             continue
+        _check_finite_run(frame)
         # Text a model writes into a file never holds its special tokens or control bytes (a NUL makes a
         # source file "binary"): the masked loops never propose them, a random-token loop (DiffusionGemma,
         # which samples as its reference does) can, so they are dropped here as well.
@@ -217,6 +218,16 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
         )
         result = EditResult(texts[0], span_results, frame.step, seconds, tuple(texts), best_row=best)
         yield EditFrame(frame, result)
+
+
+def _check_finite_run(frame: Frame) -> None:
+    """ModelError when a commit's probability is NaN: the logits went non-finite after the first
+    pass (only that one is checked on the device, each later check would be a host read per step;
+    a float16 overflow deep in a long run, say). Its tokens are argmax over NaN, so nothing is written.
+    Read from the done frame's confidences, already on the host."""
+    if frame.final_confidence is not None and any(p != p for sample in frame.final_confidence for span in sample for p in span):
+        raise ModelError("the model's logits turned non-finite (NaN or infinity) during the run: its weights overflow in "
+                         "this dtype or are broken; nothing was written")
 
 
 def _adaptive_runs(denoiser, text: str, ordered: list[Span], settings: Sampling, context_tokens: int,

@@ -414,3 +414,25 @@ def test_a_step_reads_the_device_once(tiny_denoiser, settings, shift):
     per_step = [b - a for a, b in zip(marks, marks[1:])]
     inside = [n for i, n in enumerate(per_step) if i % 8]  # blocks of 8 slots, a step per slot
     assert len(per_step) >= 10 and per_step[0] == 2 and set(inside) == {1} and set(per_step) <= {1, 2}, (per_step, calls)
+
+
+def test_logits_that_turn_nan_after_the_first_pass_stop_the_run_with_one_line(tiny_denoiser):
+    """Only a run's first pass is checked on the device; a model whose logits overflow later (a
+    float16 residual stream deep in a run) is caught at the end: no text from argmax over NaN."""
+    from sharpen.core.errors import ModelError
+
+    class Overflows(Scripted):
+        passes, finite = 0, 1  # passes so far; how many stay finite
+
+        def scores(self, ids):
+            Overflows.passes += 1
+            out = torch.zeros(*ids.shape, tiny_denoiser.tokenizer.vocab_size)
+            out[..., tiny_denoiser.tokenizer.encode("q")[0]] = 5.0
+            return out if Overflows.passes <= Overflows.finite else out * float("nan")
+
+    with pytest.raises(ModelError, match="turned non-finite .* nothing was written"):
+        apply_edit(Overflows(tiny_denoiser), "abc def ghi", [Span(4, 7, max_tokens=6)], Sampling(cache="none"))
+    assert Overflows.passes > 1
+    # A model that stays finite is untouched by the check.
+    Overflows.finite = 10**9
+    assert apply_edit(Overflows(tiny_denoiser), "abc def ghi", [Span(4, 7, max_tokens=6)], Sampling(cache="none")).spans[0].text
