@@ -117,6 +117,47 @@ async def test_another_key_dismisses_a_shown_ghost_and_leaves_the_buffer(example
         assert ghost.state is None and not pane.preview.display
 
 
+async def test_typing_the_ghosts_next_characters_keeps_the_rest_and_tab_writes_it(example, tiny_model_dir, tiny_denoiser):
+    """Type-through (Copilot, llama.vim): each character typed that the ghost shows next is taken
+    off its front and the rest stays shown, with no new run; Tab then writes only the rest, as one
+    undo step. A character it does not show dismisses it, as any other key."""
+    app = make_app([example], real(tiny_model_dir))
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, tiny_denoiser)
+        pane = app.active_pane()
+        ghost, editor = pane.ghost, pane.editor
+        shown = ""
+        for attempt in range(6):  # a ghost of at least three printable characters (the tiny model writes what it writes)
+            await type_at_line_end(pilot, pane, LINE, "#")
+            await wait_for(pilot, lambda: ghost.state == SHOWN)
+            shown = ghost.run.result.spans[0].text
+            if len(shown) >= 3 and shown[:2].isprintable() and shown[2:].strip():
+                break
+            await pilot.press("escape")
+        else:
+            pytest.skip(f"no ghost of three characters from the tiny model: {shown!r}")
+        run, before = ghost.run, editor.buffer_text
+        at = run.offset
+        await pilot.press(*shown[:2])  # typed through: the ghost follows
+        await pilot.pause(0.3)  # past the pause: no new run fired
+        assert ghost.state == SHOWN and ghost.run is run and run.offset == at + 2
+        assert editor.buffer_text == before[:at] + shown[:2] + before[at:]
+        assert run.result.spans[0].text == shown[2:] and pane.preview.text == before[:at] + shown + before[at:]
+        assert "accepts" in app.status.notice  # still Tab's to take
+        typed, undo_depth = editor.buffer_text, len(editor.history.undo_stack)
+        await pilot.press("tab")
+        assert editor.buffer_text == before[:at] + shown + before[at:]  # the rest written once
+        assert editor.selection.end == editor.location_of(at + len(shown))
+        await pilot.press("ctrl+z")
+        assert editor.buffer_text == typed and len(editor.history.undo_stack) == undo_depth
+        # A character the ghost does not show next dismisses it.
+        await type_at_line_end(pilot, pane, LINE, "#")
+        await wait_for(pilot, lambda: ghost.state == SHOWN)
+        other = next(c for c in "zq~" if not ghost.run.result.spans[0].text.startswith(c))
+        await pilot.press(other)
+        assert ghost.state != SHOWN and ghost.run is None and not pane.preview.display
+
+
 class StepsAfterStop:
     """A backend around the local one that counts, per run, the steps it yields once asked to stop."""
 

@@ -131,7 +131,7 @@ class SharpenApp(App):
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key) and not event.is_forwarded and (pane := self.active_pane()) is not None:
-            pane.ghost.key(event.key, self.bound_keys("accept"))  # any key but Accept's dismisses a ghost (ghost.py)
+            pane.ghost.key(event.key, self.bound_keys("accept"), event.character)  # any key but Accept's (or typing through) dismisses a ghost (ghost.py)
         if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded and await self.key_order.take(event):
             return
         await super().on_event(event)

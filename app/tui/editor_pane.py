@@ -174,7 +174,7 @@ class EditorPane(Container):
 
     def on_text_area_selection_changed(self, event) -> None:
         if event.text_area is self.editor:
-            self.ghost.dismiss(pending=False)  # an edit moves the cursor too: a pending ghost stays armed
+            self.ghost.moved()  # an edit moves the cursor too: a pending ghost stays armed, a typed-through one stays
 
     def show_ghost_switch(self) -> None:
         for bar in self.app.query(StatusBar):
@@ -459,7 +459,8 @@ class EditorPane(Container):
         if self.phase == PREVIEW:
             self.reject()
             return True
-        self.ghost.dismiss()  # the ghost's text was for the buffer as it was
+        if self.ghost.before_edit():  # typing through a shown ghost: it and its note stay
+            return False
         self.notice = ""  # the last run's note is stale once the buffer moves on
         return False
 

@@ -1,7 +1,8 @@
 """Ghost text: the model completes at the cursor after a pause in typing (as llama.vim, Copilot).
 
     typing --pause--> running --frame--> running --done--> shown --Tab--> accepted (one undo step)
-                         |                                   |
+                         |                                   |  ^
+                         |                                   +--+ typing its next character: the rest stays
                          +------- any other key, a click, an edit: dismissed (run cancelled) -+
 
 A pane owns one Ghost. It fires only when nothing else is going on: the model is loaded, no
@@ -17,11 +18,12 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from textual.geometry import Offset
 
+from ...core.changes import ChangeSet
 from ...core.spans import Span
 from ..config import Config
 from .messages import EditCancelled, EditFailed, EditFinished, EditProgress
@@ -71,6 +73,15 @@ def row_of(editor, line: int) -> int:
     return editor.wrapped_document.location_to_offset((line, 0)).y if editor.soft_wrap else line
 
 
+def _rest_of(result, text: str, at: int, rest: str):
+    """A ghost's result once its first characters were typed: `rest` at `at` of `text` (the
+    buffer now), as Tab writes it (core.engine.EditResult: one infill span, one alternative)."""
+    span = result.spans[0]
+    moved = replace(span, span=replace(span.span, start=at, end=at), text=rest, alternatives=(rest,))
+    whole = ChangeSet.of([(at, at, rest)]).apply(text)
+    return replace(result, text=whole, spans=(moved,), samples=(whole,), candidates=())
+
+
 def window_of(text: str, spans: list[tuple[int, int]], marks: list[tuple[int, int]], window: tuple[int, int, int, int] | None):
     """(first line, text, spans, marks) cut to `window` (first line, last line, start, end), the
     offsets moved to the cut text and the marks clipped to it; no window: all of it."""
@@ -110,6 +121,7 @@ class Ghost:
         self._typed_at = 0.0
         self._timer = None
         self._pending: EditProgress | None = None
+        self._through: str | None = None  # the character of the key typing through a shown ghost
 
     # -- switching it on and off ----------------------------------------------------------
 
@@ -133,9 +145,10 @@ class Ghost:
 
     def typed(self) -> None:
         """The buffer changed: a ghost may fire once typing pauses. One timer per pause, not per
-        key: when it comes due early (the user typed on) it waits out the rest."""
+        key: when it comes due early (the user typed on) it waits out the rest. Typing what a
+        shown ghost shows next keeps it (`follows`)."""
         self._typed_at = time.perf_counter()
-        if not self.enabled:
+        if not self.enabled or self.follows():
             return
         if self.pane.editor.history.redo_stack:  # an undo (every typed edit empties it): asking again
             self.dismiss()                        # would offer back what was just taken out
@@ -233,12 +246,54 @@ class Ghost:
             self._announce()
         return True
 
-    def key(self, key: str, accept_keys: list[str]) -> None:
-        """A key reached the app: unless it is one of Accept's keys over a shown ghost, the ghost
-        goes (the key then does what it always does). A pending one stays armed: a key that
-        types re-arms it anyway, and one that does not leaves the cursor where the pause counts."""
-        if not (self.shown and key in accept_keys):
-            self.dismiss(pending=False)
+    def key(self, key: str, accept_keys: list[str], character: str | None = None) -> None:
+        """A key reached the app: unless it is one of Accept's keys over a shown ghost, or types the
+        ghost's next character (type-through, below), the ghost goes (the key then does what it
+        always does). A pending one stays armed: a key that types re-arms it anyway, and one that
+        does not leaves the cursor where the pause counts."""
+        self._through = character if self.shown and self._types_next(character) else None
+        if self.shown and (key in accept_keys or self._through):
+            return
+        self.dismiss(pending=False)
+
+    def before_edit(self) -> bool:
+        """The buffer is about to change: the ghost's text was for the buffer as it was, so it goes,
+        unless the edit is the key that types its next character (then True: it stays)."""
+        if self.shown and self._through:
+            return True
+        self.dismiss()
+        return False
+
+    # -- type-through: typing what the ghost shows keeps the rest of it (Copilot, llama.vim) --
+
+    def _types_next(self, character: str | None) -> bool:
+        rest = self.run.result.spans[0].text if self.run is not None and self.run.result is not None else ""
+        return bool(character) and len(character) == 1 and character.isprintable() and rest.startswith(character)
+
+    def follows(self) -> bool:
+        """Whether a shown ghost still matches the buffer after an edit or a cursor move: the same
+        text and cursor (nothing changed), or its first character typed at the cursor, which it
+        then drops (the rest stays shown; the whole of it typed, it is done). An editor that
+        typed more (a closing bracket, an indent) or anything else: False, and it goes."""
+        run, editor = self.run, self.pane.editor
+        if self.state != SHOWN or run is None or not editor.selection.is_empty:
+            return False
+        text, cursor = editor.buffer_text, editor.offset_of(editor.selection.end)
+        if text == run.text and cursor == run.offset:
+            return True
+        rest, self._through = run.result.spans[0].text, None
+        if not rest or cursor != run.offset + 1 or text != run.text[:run.offset] + rest[0] + run.text[run.offset:]:
+            return False
+        rest = rest[1:]
+        if not rest.strip():  # all of it typed (blanks left are no suggestion): done
+            self.dismiss()
+            self.pane.notice = "ghost typed through"
+            self._announce()
+            return True
+        run.text, run.offset, run.window = text, cursor, self._window(len(text))
+        run.result = _rest_of(run.result, text, cursor, rest)
+        self._draw(run, self._final(run))
+        return True
 
     def accept(self) -> bool:
         """Write the shown ghost into the buffer as one edit (one undo step)."""
@@ -314,6 +369,12 @@ class Ghost:
         keys = self.pane.app.keys_for("accept").split(", ")[0]
         self.pane.notice = f"{NOTICE}{keys} accepts, any other key dismisses ({run.compute_seconds:.2f} s)"
         self._announce()
+
+    def moved(self) -> None:
+        """The cursor moved (an edit moves it too): a shown ghost it no longer follows goes; a
+        pending one stays armed."""
+        if not self.follows():
+            self.dismiss(pending=False)
 
     @staticmethod
     def _final(run: GhostRun) -> list[Piece]:
