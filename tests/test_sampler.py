@@ -290,24 +290,28 @@ def test_an_infill_is_never_empty_even_when_the_model_wants_pad_everywhere(tiny_
         assert apply_edit(PadLover(tiny_denoiser), "abc def ghi", [Span(4, 7, max_tokens=8)], settings, rules=rules).spans[0].text == "q"
 
 
+class PassSpy:
+    """The tiny model, noting each pass: (the positions a partial run recomputes, or None for the
+    whole canvas; whether it writes or reads a cache)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def logits(self, ids, want=None, run=None, cache=None):
+        self.calls.append((None if run is None else run.tolist(), cache is not None))
+        return self.inner.logits(ids, want=want, run=run, cache=cache)
+
+
 @pytest.mark.parametrize("cache", ["dual", "prefix"])
 def test_block_refresh_recomputes_only_the_finished_and_the_new_block(tiny_denoiser, cache):
     """refresh="canvas" runs the whole canvas at every block; "block" once, then the finished block
     (whose keys/values went stale) with the new one (dual) or from the finished block on (prefix)."""
-    class Spy:
-        def __init__(self, inner):
-            self.inner, self.calls = inner, []
-
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-        def logits(self, ids, want=None, run=None, cache=None):
-            self.calls.append((None if run is None else run.tolist(), cache is not None))
-            return self.inner.logits(ids, want=want, run=run, cache=cache)
-
     span = Span(48, 48, max_tokens=9)
     settings = Sampling(block_size=3, cache=cache, schedule="fixed", refresh="canvas")
-    canvas_spy, block_spy = Spy(tiny_denoiser), Spy(tiny_denoiser)
+    canvas_spy, block_spy = PassSpy(tiny_denoiser), PassSpy(tiny_denoiser)
     same_length = LoopRules(expected_length=False)
     a = apply_edit(canvas_spy, TEXT, [span], settings, rules=same_length)
     b = apply_edit(block_spy, TEXT, [span], dataclasses.replace(settings, refresh="block"), rules=same_length)
@@ -330,19 +334,8 @@ def test_with_block_refresh_the_infill_length_pass_is_the_one_whole_canvas_pass(
     """refresh="block": the length pass writes the cache, and the first block recomputes every
     infill slot it may have padded with itself, instead of a second whole-canvas pass; with
     "canvas" the length pass stays cacheless and each block still starts with a whole canvas."""
-    class Spy:
-        def __init__(self, inner):
-            self.inner, self.calls = inner, []
-
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-        def logits(self, ids, want=None, run=None, cache=None):
-            self.calls.append((None if run is None else run.tolist(), cache is not None))
-            return self.inner.logits(ids, want=want, run=run, cache=cache)
-
     span = Span(48, 48, max_tokens=9)
-    block, canvas = Spy(tiny_denoiser), Spy(tiny_denoiser)
+    block, canvas = PassSpy(tiny_denoiser), PassSpy(tiny_denoiser)
     settings = Sampling(block_size=3, schedule="fixed", refresh="block")
     apply_edit(block, TEXT, [span], settings)
     apply_edit(canvas, TEXT, [span], dataclasses.replace(settings, refresh="canvas"))
