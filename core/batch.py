@@ -55,6 +55,8 @@ MAX_WAIT = 0.02  # seconds
 # a whole-canvas pass runs in its own pack, in parallel with the others where a core is free.
 ROWS_PER_PASS = 128
 
+RECENT_PASSES = 4096  # passes whose run counts StepBatcher keeps (tests read them; /metrics reads the totals)
+
 
 def batchable(denoiser) -> bool:
     """Whether runs on `denoiser` can share passes: sharpen's own backbone run eagerly (a compiled
@@ -122,8 +124,9 @@ class StepBatcher:
         self._pending: list[Pass] = []
         self._in_flight = 0  # passes in packs that are running
         self._since = 0.0  # when the oldest pending pass was handed in
-        self.passes = 0  # packed forward passes run
-        self.rows_per_pass: list[int] = []  # how many runs' passes each packed pass held, in the order they formed (tests)
+        self.passes = 0  # packed forward passes run (/metrics)
+        self.packed_runs = 0  # runs' passes they held, summed: packed_runs / passes is the batching (/metrics)
+        self.runs_per_pass: list[int] = []  # the latest RECENT_PASSES passes' run counts, in the order they formed (tests)
 
     @contextmanager
     def member(self) -> Iterator["BatchedDenoiser"]:
@@ -164,7 +167,10 @@ class StepBatcher:
                     for pack in self._packs(self._pending):
                         pack[0].pack = pack  # each pack runs in the thread of its first run
                         self.passes += 1
-                        self.rows_per_pass.append(len(pack))
+                        self.packed_runs += len(pack)
+                        self.runs_per_pass.append(len(pack))
+                    if len(self.runs_per_pass) > 2 * RECENT_PASSES:  # a server runs for weeks: keep the latest only
+                        del self.runs_per_pass[:-RECENT_PASSES]
                     self._in_flight += len(self._pending)
                     self._pending = []
                     self._changed.notify_all()

@@ -104,7 +104,7 @@ def test_four_runs_batched_equal_each_run_alone_token_for_token(embedded):
     assert [fingerprint(e[-1]) for e in events] == alone
     # Frames per run, as alone: step 0 .. n, then the result.
     assert all([f.step for f in e[:-1]] == list(range(len(e) - 1)) for e in events)
-    shared = runner.batcher.rows_per_pass
+    shared = runner.batcher.runs_per_pass
     assert max(shared) == 4 and runner.batcher.passes < sum(shared)  # passes were shared, each run's pass ran once
     assert runner.waiting == 0
 
@@ -119,7 +119,7 @@ def test_a_stopped_run_leaves_the_batch_within_one_step_and_the_others_are_uncha
     def stop_after_three() -> bool:
         # Read by the loop between steps: turns true after the second run's third frame.
         if seen["passes_at_stop"] is None and seen["frames"] >= 3:
-            seen["passes_at_stop"] = len(runner.batcher.rows_per_pass)
+            seen["passes_at_stop"] = len(runner.batcher.runs_per_pass)
         return seen["passes_at_stop"] is not None
 
     stops = [lambda: False, stop_after_three, lambda: False, lambda: False]
@@ -143,7 +143,7 @@ def test_a_stopped_run_leaves_the_batch_within_one_step_and_the_others_are_uncha
     assert not isinstance(out[1][-1], Done)  # stopped: no result
     assert [fingerprint(out[i][-1]) for i in (0, 2, 3)] == [alone[i] for i in (0, 2, 3)]
     # Within one step: after the stop was seen, no pass held four runs' rows again.
-    after = runner.batcher.rows_per_pass[seen["passes_at_stop"]:]
+    after = runner.batcher.runs_per_pass[seen["passes_at_stop"]:]
     assert after and max(after) <= 3
     assert runner.waiting == 0
 
@@ -153,7 +153,7 @@ def test_runs_beyond_the_batch_wait_their_turn_and_join_at_a_step_boundary(embed
     runner.batcher.max_wait, runner.batcher.rows = 1.0, 10**6  # every step of the two running is shared
     events = run_together(runner, requests()[:3])
     assert all(isinstance(e[-1], Done) for e in events)
-    assert max(runner.batcher.rows_per_pass) == 2  # never more than the batch
+    assert max(runner.batcher.runs_per_pass) == 2  # never more than the batch
 
 
 def test_only_models_whose_passes_pack_are_batched(embedded):
@@ -207,7 +207,7 @@ def test_a_pass_that_fails_in_a_pack_fails_only_its_own_run(embedded):
         t.start()
     for t in threads:
         t.join(60)
-    assert runner.batcher.rows_per_pass == [2]  # they were packed together
+    assert runner.batcher.runs_per_pass == [2]  # they were packed together
     assert isinstance(out["broken"], IndexError)
     assert torch.equal(out["good"], embedded.logits(good))
 
@@ -264,3 +264,17 @@ def test_a_run_is_not_held_back_by_a_pass_already_running(embedded):
     thread.join(60)
     assert waited < 10.0  # not max_wait (20 s): it ran beside the long pass
     assert torch.equal(out["short"], embedded.logits(short_ids)) and torch.equal(out["long"], embedded.logits(long_ids))
+
+
+def test_the_batcher_keeps_totals_and_only_the_latest_passes(embedded, monkeypatch):
+    """A server runs for weeks: the per-pass record is bounded, the totals (/metrics) are not."""
+    from sharpen.core import batch
+    from sharpen.core.batch import StepBatcher
+
+    monkeypatch.setattr(batch, "RECENT_PASSES", 2)
+    batcher = StepBatcher(embedded)
+    ids = torch.randint(0, 4000, (1, 12))
+    with batcher.member() as view:
+        for _ in range(9):
+            view.logits(ids)
+    assert batcher.passes == batcher.packed_runs == 9 and len(batcher.runs_per_pass) <= 4

@@ -122,6 +122,7 @@ def test_four_clients_at_once_each_get_what_they_would_alone(server, runner):
         out = client.completions.create(model="m", prompt=prefix, suffix=suffix, max_tokens=tokens, seed=seed, temperature=0.8)
         answers[i] = out.choices[0].text
 
+    passes, runs = metric(server, "sharpen_packed_passes_total"), metric(server, "sharpen_packed_pass_runs_total")
     threads = [threading.Thread(target=ask, args=(i, *job)) for i, job in enumerate(jobs)]
     for t in threads:
         t.start()
@@ -129,6 +130,9 @@ def test_four_clients_at_once_each_get_what_they_would_alone(server, runner):
         t.join(120)
     for i, (prefix, suffix, seed, tokens) in enumerate(jobs):
         assert answers[i] == local_text(runner, prefix + suffix, len(prefix), tokens, seed=seed, temperature=0.8)
+    # /metrics shows the sharing: more runs' passes than passes run.
+    passes, runs = metric(server, "sharpen_packed_passes_total") - passes, metric(server, "sharpen_packed_pass_runs_total") - runs
+    assert 0 < passes < runs
 
 
 def test_edits_stream_sends_each_steps_slot_states_then_the_change_set(server, runner):

@@ -32,7 +32,9 @@ async def health(request: Request):
 async def metrics(request: Request):
     server = server_of(request)
     runner = getattr(server.backend, "runner", None)
-    return PlainTextResponse(server.metrics.render(runner.waiting if runner else 0), media_type="text/plain; version=0.0.4")
+    batcher = getattr(runner, "batcher", None)
+    batching = (batcher.passes, batcher.packed_runs) if batcher is not None else None
+    return PlainTextResponse(server.metrics.render(runner.waiting if runner else 0, batching), media_type="text/plain; version=0.0.4")
 
 
 async def _http_error(request: Request, exc: HTTPError):

@@ -30,7 +30,8 @@ class Metrics:
         with self._lock:
             self.cancelled += 1
 
-    def render(self, waiting: int) -> str:
+    def render(self, waiting: int, batching: tuple[int, int] | None = None) -> str:
+        """The text; `batching`: (packed passes run, runs' passes they held) when runs share passes."""
         with self._lock:
             lines = [
                 "# HELP sharpen_requests_total Requests answered, by endpoint and status.",
@@ -52,5 +53,14 @@ class Metrics:
                 "# HELP sharpen_runs_waiting Runs in line for the model, the running one included.",
                 "# TYPE sharpen_runs_waiting gauge",
                 f"sharpen_runs_waiting {waiting}",
+            ]
+        if batching is not None:  # runs per pass = the second over the first: 1 when nothing is shared
+            lines += [
+                "# HELP sharpen_packed_passes_total Forward passes run for runs sharing the model (core/batch.py).",
+                "# TYPE sharpen_packed_passes_total counter",
+                f"sharpen_packed_passes_total {batching[0]}",
+                "# HELP sharpen_packed_pass_runs_total Runs' passes those passes held (over passes: runs per pass).",
+                "# TYPE sharpen_packed_pass_runs_total counter",
+                f"sharpen_packed_pass_runs_total {batching[1]}",
             ]
         return "\n".join(lines) + "\n"
