@@ -69,6 +69,20 @@ def measure(sharpen: str, path: Path, state: Path, keys: int, settle: float) -> 
         return times
     finally:
         tmux("kill-session", "-t", SESSION)
+        # The hang-up makes the editor write the typed, unsaved text to its recovery store (`state`)
+        # and exit within seconds: wait for it, or the store is removed while it is written.
+        wait_for(lambda: not running(path), 15)
+
+
+def running(path: Path) -> bool:
+    """Whether a process with `path` on its command line is alive (Linux's /proc; elsewhere False)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(path).encode() in cmdline.read_bytes():
+                return True
+        except OSError:  # it exited while we looked
+            continue
+    return False
 
 
 def main(argv: list[str] | None = None) -> int:
