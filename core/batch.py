@@ -161,7 +161,7 @@ class StepBatcher:
                 waited = time.perf_counter() - self._since
                 # Every run that can hand in a pass now has: a run whose pass is running cannot,
                 # and waiting for it would idle the others for the length of its pass (a whole
-                # canvas is ten cached steps of the embedded model).
+                # canvas costs six or seven cached steps of the embedded model).
                 ready = len(self._pending) >= self._members - self._in_flight
                 if self._pending and work in self._pending and (ready or waited >= self.max_wait):
                     for pack in self._packs(self._pending):
