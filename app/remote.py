@@ -132,6 +132,7 @@ class RemoteBackend:
         answered = [False] * len(request.spans)  # a text (string) came for the span: "" is an answer, 5 or none is not
         finals: list[str | None] = [None] * len(request.spans)
         tokens = [0] * len(request.spans)
+        prompts = [0] * len(request.spans)  # each span's prompt tokens, as its server counted them
         merged: queue.Queue = queue.Queue()
         for i, exchange in enumerate(exchanges):  # all spans at once, each on its own connection
             threading.Thread(target=_pump, args=(exchange, i, merged, should_stop), daemon=True).start()
@@ -168,8 +169,7 @@ class RemoteBackend:
                     raise ModelError(f"{self.url} answered without a text")
                 finals[i] = drafts[i]
                 usage = item.get("usage") if isinstance(item.get("usage"), dict) else {}
-                count = usage.get("completion_tokens")
-                tokens[i] = count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 0
+                tokens[i], prompts[i] = (_count(usage.get(name)) for name in ("completion_tokens", "prompt_tokens"))
             step += 1
             now = time.perf_counter()
             if diffusing and every is not None and now - last_sent >= every:
@@ -184,7 +184,7 @@ class RemoteBackend:
 
         new_text = ChangeSet.of((s.start, s.end, f) for s, f in zip(request.spans, finals)).apply(request.text)
         seconds = time.perf_counter() - started
-        result = EditResult(new_text, spans, step, seconds, (new_text,))
+        result = EditResult(new_text, spans, step, seconds, (new_text,), prompt_tokens=sum(prompts))
         last = Progress(step, step, seconds, tuple(SpanDraft(f, ()) for f in finals))
         yield Done(result, last, self.info.name, "mask", ())
 
@@ -301,6 +301,11 @@ class _Exchange:
         finally:
             if self.conn is not None:
                 self.conn.close()
+
+
+def _count(value) -> int:
+    """A usage count as a server sent it: a non-negative integer, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _pump(exchange: _Exchange, index: int, out: queue.Queue, should_stop) -> None:

@@ -37,10 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ["examples/fizzbuzz.py", "core/changes.py", "core/spans.py", "app/specs.py"]
 
 
-def start_server(model: str | None, batch: int) -> tuple[subprocess.Popen, int, object]:
+def start_server(model: str | None, batch: int, extra: list[str] = ()) -> tuple[subprocess.Popen, int, object]:
     log = tempfile.TemporaryFile("w+b")
     args = [sys.executable, "-m", "sharpen.app.cli", "serve", "--port", "0", "--max-waiting", "64", "--max-batch", str(batch)]
-    args += ["--model", model] if model else []
+    args += (["--model", model] if model else []) + list(extra)
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT)
     deadline = time.monotonic() + 300
     while True:
@@ -126,6 +126,7 @@ def main() -> None:
     parser.add_argument("--batch", default="8,1",
                         help="the servers to compare, by --max-batch (default 8,1: batched, one at a time); BxP: P server "
                              "processes of --max-batch B, clients spread over them (8x2: what a second process adds)")
+    parser.add_argument("--server-args", default="", help="more `sharpen serve` options for every server, e.g. \"--threads 2\"")
     args = parser.parse_args()
     modes = [m.strip() for m in args.batch.split(",")]
     counts = [int(c) for c in args.clients.split(",")]
@@ -135,7 +136,7 @@ def main() -> None:
             batch, _, processes = mode.partition("x")
             servers[mode] = []
             for _ in range(int(processes or 1)):
-                process, port, _log = start_server(args.model, int(batch))
+                process, port, _log = start_server(args.model, int(batch), args.server_args.split())
                 servers[mode].append((process, port))
                 ask(port, jobs(1, args.max_tokens)[0])  # warm-up: first-call costs stay out of the table
         rounds: dict[tuple[str, int], list[dict]] = {(m, c): [] for m in modes for c in counts}

@@ -52,6 +52,9 @@ class EditResult:
     samples: tuple[str, ...] = field(default=())  # whole text per sample, best first
     candidates: tuple = field(default=())  # with a CandidatePlan: the ranked core.candidates.Candidate list
     best_row: int = 0  # the batch row the result came from (final_ids[best_row] on the done frame)
+    # Tokens the model read besides the slots (the context that fit, a prompt's or chat's own
+    # tokens): what a server reports as the request's prompt tokens.
+    prompt_tokens: int = 0
 
     @property
     def tokens(self) -> int:
@@ -182,6 +185,7 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
     else:
         canvas = build_canvas(text, ordered, tok, spec.mask_id, context_tokens, denoiser.max_len)
     frames = run_loop(denoiser, canvas, settings, should_stop, rules)  # the loop of the model's kind (core/loops/)
+    read = sum(len(c.ids) - sum(len(r) for r in c.slots) for c in (canvas if isinstance(canvas, tuple) else (canvas,)))
     started = time.perf_counter()
     for frame in frames:
         if not frame.done:
@@ -199,7 +203,7 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
         seconds = time.perf_counter() - started
         if row_lengths is not None:
             result = _ranked_result(text, ordered, frame, per_sample, row_lengths, settings.samples, drop, candidates, tok, seconds)
-            yield EditFrame(frame, result)
+            yield EditFrame(frame, replace(result, prompt_tokens=read))
             continue
         scores = [_sample_score(frame, b) for b in range(len(per_sample))]
         ranking = sorted(range(len(per_sample)), key=lambda b: -scores[b]) if len(per_sample) > 1 else [0]
@@ -216,7 +220,7 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
             )
             for i, span in enumerate(ordered)
         )
-        result = EditResult(texts[0], span_results, frame.step, seconds, tuple(texts), best_row=best)
+        result = EditResult(texts[0], span_results, frame.step, seconds, tuple(texts), best_row=best, prompt_tokens=read)
         yield EditFrame(frame, result)
 
 

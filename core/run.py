@@ -113,6 +113,7 @@ class Done:
             "noise": self.noise,
             "steps": result.steps,
             "tokens": result.tokens,
+            "prompt_tokens": result.prompt_tokens,
             "denoise_seconds": round(result.seconds, 4),
             "tokens_per_second": round(result.tokens / max(result.seconds, 1e-9), 2),
             "sharp_per_step": list(self.sharp_per_step),
@@ -139,7 +140,8 @@ class Done:
             for span, s in zip(request.spans, data["spans"])
         )
         new_text = ChangeSet.of((r.span.start, r.span.end, r.text) for r in spans).apply(request.text)
-        result = EditResult(new_text, spans, int(data["steps"]), float(data.get("denoise_seconds", 0.0)), (new_text,))
+        result = EditResult(new_text, spans, int(data["steps"]), float(data.get("denoise_seconds", 0.0)), (new_text,),
+                            prompt_tokens=int(data.get("prompt_tokens", 0)))
         return cls(result, Progress.from_json(data["last"]), data.get("model", ""), data.get("noise", "mask"),
                    tuple(data.get("sharp_per_step", ())))
 

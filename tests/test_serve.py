@@ -111,6 +111,25 @@ def test_openai_package_fills_the_middle_with_a_suffix_and_zeds_fim_prompt(serve
         client.chat.completions.create(model="sharpen-embedded", messages=[{"role": "user", "content": "hi"}])
 
 
+def test_usage_counts_the_prompt_tokens_the_canvas_held(server, runner):
+    """prompt_tokens (OpenAI) and prompt_n (llama.cpp) are the context the model read: a long
+    file is cut to what fits beside the slots, and that cut is what they count."""
+    from sharpen.core.canvas import build_canvas
+    from sharpen.core.settings import Editing
+
+    long_prefix = "".join(f"value_{i} = {i} * 2\n" for i in range(300)) + PREFIX + "        "
+    den = runner.denoiser
+    canvas = build_canvas(long_prefix + SUFFIX, [Span(len(long_prefix), len(long_prefix), max_tokens=24)], den.tokenizer,
+                          den.spec.mask_id, Editing().context_tokens, den.max_len)
+    held = len(canvas.ids) - len(canvas.slots[0])
+    assert 0 < held <= den.max_len - 24
+    done = httpx.post(f"{server}/v1/completions", json={"prompt": long_prefix, "suffix": SUFFIX, "max_tokens": 24}, timeout=60).json()
+    assert done["usage"]["prompt_tokens"] == held
+    assert done["usage"]["total_tokens"] == held + done["usage"]["completion_tokens"]
+    infill = httpx.post(f"{server}/infill", json={"input_prefix": long_prefix, "input_suffix": SUFFIX, "n_predict": 24}, timeout=60).json()
+    assert infill["timings"]["prompt_n"] == infill["tokens_evaluated"] == held
+
+
 def test_four_clients_at_once_each_get_what_they_would_alone(server, runner):
     import openai
 
@@ -387,7 +406,8 @@ def test_remote_backend_on_one_span_servers_sends_a_request_per_span(server, run
     text = PREFIX + "        \n" + SUFFIX
     spans = (Span(len(PREFIX) + 8, len(PREFIX) + 8, max_tokens=10), Span(len(text) - 1, len(text) - 1, max_tokens=6))
     request = EditRequest(text, spans, Sampling(), Editing())
-    alone = [runner.result(EditRequest(text, (s,))).result.spans[0].text for s in spans]
+    alone_results = [runner.result(EditRequest(text, (s,))).result for s in spans]
+    alone = [r.spans[0].text for r in alone_results]
     for protocol, drafts in (("mercury", True), ("openai", False)):
         backend = RemoteBackend(server, protocol=protocol)
         assert backend.load().drafts is drafts
@@ -401,6 +421,7 @@ def test_remote_backend_on_one_span_servers_sends_a_request_per_span(server, run
             assert len(frames) > 2 and all(not s.slots for f in frames for s in f.spans)
         else:
             assert len(frames) == 1 and [s.text for s in frames[0].spans] == ["", ""]  # only the start
+            assert done.result.prompt_tokens == sum(r.prompt_tokens for r in alone_results)  # each answer's usage, summed
 
 
 def test_remote_backend_without_the_key_is_one_line_exit_4(tmp_path, runner):

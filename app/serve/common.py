@@ -66,11 +66,13 @@ class Server:
             raise HTTPError(400 if isinstance(exc, UsageError) else 500, str(exc)) from None
 
     def context_tokens(self, edit: EditRequest) -> int:
-        """Tokens of the text around the first span that the canvas can hold (its window caps it)."""
+        """About the tokens of text around the first span that the canvas can hold, for a run with
+        no result to count them (cut by its time budget); a finished run's result counts them."""
         window = self.editing.context_tokens * 8  # characters: enough for the budget, never the whole file
         span = edit.spans[0]
         around = edit.text[max(0, span.start - window):span.start] + edit.text[span.end:span.end + window]
-        return min(len(self.backend.runner.denoiser.tokenizer.encode(around)), self.editing.context_tokens, self.info.max_len)
+        room = max(0, self.info.max_len - (span.max_tokens or 0))  # the slots take their share of the canvas first
+        return min(len(self.backend.runner.denoiser.tokenizer.encode(around)), self.editing.context_tokens, room)
 
 
 def server_of(request: Request) -> Server:

@@ -70,7 +70,8 @@ async def infill(request: Request):
         raise HTTPError(499, "the client closed the request")
     content, word = cut_at_stop(cut_at_indent(content, n_indent), stops)
     first = outcome.first_frame or 0.0
-    answer = _answer(content, server, server.context_tokens(edit), predicted, first, outcome.seconds - first, truncated, slot, word,
+    prompt_n = outcome.done.result.prompt_tokens if outcome.done is not None else server.context_tokens(edit)
+    answer = _answer(content, server, prompt_n, predicted, first, outcome.seconds - first, truncated, slot, word,
                      full=predicted >= n_predict)
     return JSONResponse(_project(answer, fields))
 

@@ -152,7 +152,7 @@ def _finish(result, max_tokens: int, word: str | None) -> str:
 
 
 def _usage(server, edit, result) -> dict:
-    prompt = server.context_tokens(edit)
+    prompt = result.prompt_tokens if result is not None else server.context_tokens(edit)
     completion = result.tokens if result is not None else 0
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
