@@ -78,7 +78,7 @@ class Pass:
     rows: torch.Tensor  # [W] rows of the S projected to the vocabulary
     logits: torch.Tensor | None = None  # [b, W, V] once run
     error: BaseException | None = None
-    done: bool = False
+    done: bool = False  # set under the batcher's lock once the pack has run (logits or error set)
     pack: list["Pass"] | None = None  # set on a pack's first pass: its thread runs the pack
 
 
@@ -155,6 +155,11 @@ class StepBatcher:
                         self._run(pack)
                     finally:
                         self._changed.acquire()
+                        # Done and no longer in flight in one step under the lock: a run that saw
+                        # its pass done while the pack still counted as in flight could hand in its
+                        # next pass and have it packed alone, the others counted as running.
+                        for member in pack:
+                            member.done = True
                         self._in_flight -= len(pack)
                         self._changed.notify_all()
                     continue
@@ -220,7 +225,6 @@ class StepBatcher:
                 work.error = ModelError(OUT_OF_MEMORY)
             except Exception as exc:  # noqa: BLE001 - handed to the run it belongs to, in its own thread
                 work.error = exc
-            work.done = True
 
 
 class BatchedDenoiser:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,15 @@ def test_four_runs_batched_equal_each_run_alone_token_for_token(embedded):
     assert runner.batcher is not None
     runner.batcher.max_wait = 1.0  # each pass waits for all four
     runner.batcher.rows = 10**6  # and packs them all, whole canvases too: every step is shared
+    member, gate = runner.batcher.member, threading.Barrier(4)
+
+    @contextmanager
+    def joined():  # every run is in the batch before any hands in its first pass
+        with member() as view:
+            gate.wait(60)
+            yield view
+
+    runner.batcher.member = joined
     events = run_together(runner, requests())
     assert [fingerprint(e[-1]) for e in events] == alone
     # Frames per run, as alone: step 0 .. n, then the result.
