@@ -53,6 +53,7 @@ def test_diff_and_json_outputs(tiny_model_dir):
         assert {"text", "steps", "tokens", "seconds", "mode"} <= set(span)
         assert span["steps"] >= 1 and span["tokens"] >= 0
     assert payload["text"].endswith('main()\n')
+    assert isinstance(payload["prompt_tokens"], int) and 0 < payload["prompt_tokens"] < len(EXAMPLE.read_text())  # the text around the spans the model read
 
 
 def test_in_place_keeps_crlf_bom_and_tail_exactly(tmp_path, tiny_model_dir):
