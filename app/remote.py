@@ -75,7 +75,8 @@ class RemoteBackend:
             max_len = meta.get("max_len")  # a server's word: a length that is not a count is no limit here
             max_len = max_len if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0 else NO_LIMIT
             self.info = ModelInfo(name, str(meta.get("family", "sharpen")), f"{meta.get('device', '?')} on {where}", str(meta.get("noise", "mask")),
-                                  "(the server's)" if meta.get("chat") else None, max_len, True)
+                                  "(the server's)" if meta.get("chat") else None, max_len, True,
+                                  instruct=bool(meta.get("instruct", meta.get("chat"))))  # a server from before "instruct": chat meant it
         else:
             self.info = ModelInfo(name, protocol, where, "mask", None, NO_LIMIT, protocol != "openai")
         return self.info

@@ -111,7 +111,8 @@ def inspect_checkpoint(path: Path, name: str | None = None, source: str = "dir")
     except ModelError as exc:
         return CheckpointInfo(**info, family=family.name, problem=str(exc))
     problem = None if ids.get("mask_id") is not None else "no mask token in config.json or the tokenizer"
-    return CheckpointInfo(**info, family=family.name, instruct=bool(ids.get("chat_template")), problem=problem)
+    instruct = bool(ids.get("chat_template")) and ids.get("instruct") is not False  # as ModelSpec.takes_instructions
+    return CheckpointInfo(**info, family=family.name, instruct=instruct, problem=problem)
 
 
 def hf_cache_checkpoints(cache_dir: str | Path | None = None) -> list[tuple[str, Path]]:

@@ -65,7 +65,7 @@ class ModelSpec:
     pad_id: int | None  # written by the model where a variable-length span ends early
     eos_id: int | None  # also deleted inside infill spans
     shift_logits: bool = False  # Dream family: logits at i predict token i+1, so shift right by one
-    chat_template: str | None = None  # instruct checkpoints only
+    chat_template: str | None = None  # how a conversation is written for it (the chat endpoints, instructions)
     name: str = ""  # where it came from, for status bars and --json
     # Every other id the checkpoint's files declare as an end or pad (config.json, generation_config.json,
     # the tokenizer): they end a span too, and none of them may be banned. DiffuCoder pads with
@@ -78,6 +78,11 @@ class ModelSpec:
     # whole-canvas refresh for released checkpoints; block refresh was measured only on the embedded model.
     default_refresh: str = "canvas"
     loop: str = "masked"  # which denoising loop runs this model (LOOPS)
+    # Whether it was tuned to follow instructions (an edit's instruction; the editor asks for one
+    # before a rewrite). None: it was when it has a chat template, as released checkpoints ship one
+    # exactly when they are. sharpen's own models say False: the embedded model's template writes a
+    # chat down as comments for a model that never saw one.
+    instruct: bool | None = None
     block: BlockRule | None = None  # block-causal models only: block size, commit rule, prompt form
 
     def __post_init__(self) -> None:
@@ -97,6 +102,11 @@ class ModelSpec:
             raise ModelError(f"end token id {outside[0]} is outside the vocabulary of {vocab_size}")
         if self.mask_id in (self.pad_id, self.eos_id):
             raise ModelError(f"mask token id {self.mask_id} collides with pad/eos; the checkpoint's special tokens are inconsistent")
+
+    @property
+    def takes_instructions(self) -> bool:
+        """Whether an edit may carry an instruction: a chat template to write it in, and a model tuned to follow it."""
+        return self.chat_template is not None and self.instruct is not False
 
     @property
     def end_ids(self) -> tuple[int, ...]:

@@ -18,7 +18,7 @@ from .canvas import build_canvas, span_text
 from .changes import ChangeSet
 from .denoiser import DenoiserLike
 from .errors import Cancelled, ModelError, UsageError
-from .instruct import build_instruct_canvas, uses_chat
+from .instruct import build_instruct_canvas, instruction_refusal, uses_chat
 from .length import AdaptiveLength, filled_up, next_budgets, start_budget
 from .newlines import drop_undecodable, match_newlines, newline_style
 from .prompted import prompt_canvas, prompt_form
@@ -79,8 +79,8 @@ class EditFrame:
 
 
 def check_instructions(denoiser: DenoiserLike, spans: list[Span]) -> None:
-    if any(s.instruction for s in spans) and not denoiser.spec.chat_template:
-        raise UsageError("an instruction needs an instruct checkpoint with a chat template; this model has none")
+    if any(s.instruction for s in spans) and not denoiser.spec.takes_instructions:
+        raise UsageError(instruction_refusal(denoiser.spec))
 
 
 def edit_options(editing: Editing, path: str | None = None) -> dict:

@@ -103,6 +103,14 @@ def render_chat(template: str, messages: list[dict], add_generation_prompt: bool
         raise ModelError(f"the checkpoint's chat template failed: {type(exc).__name__}: {exc}") from None
 
 
+def instruction_refusal(spec: ModelSpec) -> str:
+    """Why `spec` takes no instruction, in one line."""
+    if spec.chat_template:
+        return (f"an instruction needs an instruct checkpoint; {spec.name or spec.family} was not tuned to follow instructions "
+                "(its chat template only writes a conversation down)")
+    return "an instruction needs an instruct checkpoint with a chat template; this model has none"
+
+
 def user_message(instruction: str, before: str, region: str, after: str) -> str:
     """The user turn: what to do, then the text with the span marked in place."""
     return f"{instruction.strip()}\n\n{TASK.format(open=OPEN, close=CLOSE)}\n\n{before}{OPEN}{region}{CLOSE}{after}"
@@ -132,8 +140,8 @@ def build_instruct_canvas(
     text: str, spans: list[Span], tokenizer: Tokenizer, spec: ModelSpec, context_tokens: int, max_len: int
 ) -> Canvas:
     """Chat prompt + mask slots for the one span with an instruction (spans validated, sorted)."""
-    if not spec.chat_template:
-        raise UsageError("an instruction needs an instruct checkpoint with a chat template; this model has none")
+    if not spec.takes_instructions:
+        raise UsageError(instruction_refusal(spec))
     if len(spans) != 1:
         raise UsageError("an instruction applies to one span at a time; edit the other spans in a separate run")
     span = spans[0]

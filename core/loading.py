@@ -177,6 +177,7 @@ def load_denoiser(
         eos_id=ids.get("eos_id"),
         shift_logits=family.shift_logits,
         chat_template=ids.get("chat_template"),
+        instruct=ids.get("instruct"),
         name=config.get("name", path.name),
         other_end_ids=tuple(ids.get("end_ids", ())),
         tempered_scores=family.tempered_scores,

@@ -154,13 +154,14 @@ class ModelInfo:
     family: str
     device: str
     noise: str  # "mask" | "random"
-    chat_template: str | None  # None: no chat, no instructions
+    chat_template: str | None  # None: no chat
     max_len: int  # longest canvas
     drafts: bool = True  # whether runs stream per-step drafts (a plain completions server does not)
+    instruct: bool = False  # it takes instructions (ModelSpec.takes_instructions): the editor asks for one
 
     def to_json(self) -> dict:
         return {"name": self.name, "family": self.family, "device": self.device, "noise": self.noise,
-                "chat": self.chat_template is not None, "max_len": self.max_len, "drafts": self.drafts}
+                "chat": self.chat_template is not None, "instruct": self.instruct, "max_len": self.max_len, "drafts": self.drafts}
 
 
 Event = Progress | Done
@@ -191,7 +192,7 @@ class Runner:
         # How its canvas starts: random tokens (DiffusionGemma's loop) or masks (every other loop).
         random = getattr(spec, "loop", None) == "random-token" or getattr(denoiser, "noise", "mask") == "random"
         self.info = ModelInfo(spec.name or spec.family, spec.family, str(denoiser.device), "random" if random else "mask",
-                              spec.chat_template, denoiser.max_len)
+                              spec.chat_template, denoiser.max_len, instruct=spec.takes_instructions)
 
     @property
     def waiting(self) -> int:

@@ -109,7 +109,9 @@ def test_runs_take_turns_and_a_stop_while_waiting_never_touches_the_model(embedd
 def test_local_backend_loads_once_and_describes_the_model(embedded):
     backend = LocalBackend.of(embedded)
     info = backend.describe()
-    assert info.name == "sharpen-embedded" and info.noise == "mask" and info.chat_template is None
+    assert info.name == "sharpen-embedded" and info.noise == "mask"
+    # A chat template for the chat endpoints (a comment transcript), and no instructions: never tuned on them.
+    assert info.chat_template.startswith("{#-") and info.instruct is False
     assert backend.load() is info
     assert isinstance(list(backend.run(request()))[-1], Done)
 

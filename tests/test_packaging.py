@@ -19,3 +19,13 @@ def test_every_package_folder_is_in_the_distribution():
             relative = init.parent.relative_to(folder)
             found.add(".".join([name, *relative.parts]))
     assert found == listed
+
+
+def test_every_file_of_the_embedded_model_is_package_data():
+    """A file core/embedded gains (its chat template once) ships only if a package-data pattern names it."""
+    from fnmatch import fnmatch
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["sharpen.core"]
+    files = [p.name for p in (ROOT / "core" / "embedded").iterdir() if p.is_file()]
+    assert "chat_template.jinja" in files
+    assert [f for f in files if not any(fnmatch(f"embedded/{f}", pattern) for pattern in patterns)] == []

@@ -121,6 +121,18 @@ def test_a_sharpen_server_whose_max_len_is_no_count_is_no_limit(server):
     assert info.max_len > 10**6 and info.name == "m"
 
 
+@pytest.mark.parametrize("meta, chat, instruct", [
+    ('{"noise": "mask", "chat": true, "instruct": false}', True, False),  # the embedded model: a chat template, no instructions
+    ('{"noise": "mask", "chat": true, "instruct": true}', True, True),
+    ('{"noise": "mask", "chat": true}', True, True),  # a server from before "instruct": a chat template meant instructions
+    ('{"noise": "mask", "chat": false}', False, False),
+])
+def test_a_sharpen_servers_chat_and_instructions_are_its_word(server, meta, chat, instruct):
+    server.answers["/v1/models"] = (200, "application/json", f'{{"data": [{{"id": "m", "meta": {meta}}}]}}'.encode())
+    info = RemoteBackend(url(server)).load()
+    assert (info.chat_template is not None, info.instruct) == (chat, instruct)
+
+
 def test_headless_edit_on_a_server_without_text_exits_4_and_leaves_the_file(server, tmp_path):
     server.answers["/v1/completions"] = (200, "application/json", b'{"choices": [{"text": 5, "finish_reason": "stop"}]}')
     path = tmp_path / "f.py"

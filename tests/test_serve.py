@@ -107,8 +107,38 @@ def test_openai_package_fills_the_middle_with_a_suffix_and_zeds_fim_prompt(serve
     assert done.usage.completion_tokens >= 1
     zed = f"<|fim_prefix|>{PREFIX}        <|fim_suffix|>{SUFFIX}<|fim_middle|>"  # Zed's format for Qwen tokenizers
     assert client.completions.create(model="sharpen-embedded", prompt=zed, max_tokens=24).choices[0].text == alone
-    with pytest.raises(openai.BadRequestError, match="has no chat template"):
-        client.chat.completions.create(model="sharpen-embedded", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_openai_chat_streamed_with_diffusing_on_the_embedded_model_sends_one_whole_draft_per_step(server, runner):
+    """The embedded model's chat template writes the conversation as comments; its answer streams
+    as one whole draft per denoising step, each the local run's frame over the same prompt."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", timeout=60)
+    messages = [{"role": "system", "content": "Answer in Python."}, {"role": "user", "content": "Sum a list."}]
+    chunks = list(client.chat.completions.create(model="sharpen-embedded", messages=messages, max_tokens=16, stream=True,
+                                                 extra_body={"diffusing": True}))
+    drafts = [c.choices[0].delta.content for c in chunks]
+    prompt = runner.chat_text(messages)
+    assert prompt == "# system: Answer in Python.\n# user: Sum a list.\n# assistant:\n"
+    frames = [e for e in runner.run(EditRequest(prompt, (Span(len(prompt), len(prompt), max_tokens=16),))) if isinstance(e, Progress)]
+    assert drafts[:-1] == [f.spans[0].text for f in frames] and len(frames) >= 4
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    whole = client.chat.completions.create(model="sharpen-embedded", messages=messages, max_tokens=16).choices[0].message.content
+    assert drafts[-1] == whole
+
+
+async def test_a_model_without_a_chat_template_answers_chat_with_one_line_400(tiny_denoiser):
+    from sharpen.app.backend import LocalBackend
+    from sharpen.app.serve.app import build_app
+    from sharpen.app.serve.common import Limits, Server
+
+    backend = LocalBackend.of(tiny_denoiser)
+    app = build_app(Server(backend, backend.describe(), Limits()))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        answer = await client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"] == "the model tiny-random has no chat template; use a completion or infill endpoint"
 
 
 def test_usage_counts_the_prompt_tokens_the_canvas_held(server, runner):

@@ -216,7 +216,7 @@ class EditorPane(Container):
         if not self._ready("rewrite"):
             return
         strength = self.session.strength
-        if not self.session.backend.describe().chat_template:
+        if not self.session.backend.describe().instruct:
             self.start([Span(start, end, "rewrite", strength=strength)])
             return
 

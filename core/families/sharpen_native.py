@@ -5,6 +5,7 @@ from ..errors import ModelError
 from ..model import ModelConfig
 from ..tokenizer import EOS_TOKEN, MASK_TOKEN, PAD_TOKEN
 from .family import Family
+from .hf import chat_template
 
 _LAYER = {
     "layers.{i}.attn_norm.weight": "layers.{i}.attn_norm.weight",
@@ -34,6 +35,10 @@ def _special_ids(config: dict, tokenizer) -> dict:
         "mask_id": pick("mask_token_id", MASK_TOKEN),
         "pad_id": pick("pad_token_id", PAD_TOKEN),
         "eos_id": pick("eos_token_id", EOS_TOKEN),
+        # A chat template lets the chat endpoints write a conversation for it (the embedded model's
+        # is a comment transcript); train/ never tunes on instructions, so none are taken.
+        "chat_template": chat_template(config),
+        "instruct": False,
     }
 
 
