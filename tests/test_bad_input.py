@@ -288,6 +288,13 @@ def test_instruction_without_chat_template_exits_2(cli, tiny_model_dir):
     assert code == 2 and "chat template" in line
 
 
+def test_instruction_on_the_embedded_model_exits_2_and_says_it_takes_none(cli):
+    """Its chat template serves the chat endpoints; it was never tuned on instructions."""
+    code, line = cli("{f}", "--apply-edit", "2:2-2:8", "--mode", "rewrite", "--instruction", "make it shorter", "--in-place")
+    assert code == 2 and line == ("sharpen: an instruction needs an instruct checkpoint; sharpen-embedded was not tuned to follow "
+                                  "instructions (its chat template only writes a conversation down)")
+
+
 def test_spans_bigger_than_the_canvas_exit_2(cli, tiny_model_dir):
     code, line = cli("{f}", "--apply-edit", "2:1-2:3,4:1-4:3", "--max-tokens", "4000", "--in-place", model=tiny_model_dir)
     assert code == 2 and "canvas holds 512" in line

@@ -270,36 +270,24 @@ async def test_help_screen_lists_keys(example):
         await pilot.press("escape")
 
 
-async def test_rewrite_asks_for_an_instruction_on_instruct_checkpoints(example, tiny_denoiser):
+@pytest.mark.parametrize("instruct", [None, False])
+async def test_rewrite_asks_for_an_instruction_only_of_instruct_checkpoints(example, tiny_denoiser, instruct):
+    """A chat template and instruct None: a released instruct checkpoint, asked. instruct False: the
+    embedded model's case (a template for the server's chat endpoints, no instructions), not asked."""
     import copy
     from dataclasses import replace
 
-    instruct = copy.copy(tiny_denoiser)
-    instruct.spec = replace(tiny_denoiser.spec, chat_template="{{ messages }}", instruct=None)  # as a released instruct checkpoint
+    model = copy.copy(tiny_denoiser)
+    model.spec = replace(tiny_denoiser.spec, chat_template="{{ messages }}", instruct=instruct)
     app = make_app([example])
     async with app.run_test(size=SIZE) as pilot:
-        await with_model(app, pilot, instruct)
+        await with_model(app, pilot, model)
         pane = app.active_pane()
         select_line(pane.editor, 4)
         await pilot.press("alt+r")
-        await pilot.press(*"shorter", "enter")
-        assert pane.edit_run.spans[0].instruction == "shorter"
-        await pilot.press("escape")
-
-
-async def test_rewrite_asks_nothing_of_a_model_whose_chat_template_is_not_for_instructions(example):
-    """The embedded model has a chat template (the server's chat endpoints) and takes no instructions."""
-    from sharpen.core.loading import load_denoiser
-
-    embedded_denoiser = load_denoiser(None)
-    assert embedded_denoiser.spec.chat_template and not embedded_denoiser.spec.takes_instructions
-    app = make_app([example])
-    async with app.run_test(size=SIZE) as pilot:
-        await with_model(app, pilot, embedded_denoiser)
-        pane = app.active_pane()
-        select_line(pane.editor, 4)
-        await pilot.press("alt+r")
-        assert pane.edit_run is not None and pane.edit_run.spans[0].instruction is None  # ran at once, no question
+        if instruct is None:
+            await pilot.press(*"shorter", "enter")
+        assert pane.edit_run.spans[0].instruction == ("shorter" if instruct is None else None)  # else: ran at once
         await pilot.press("escape")
 
 
