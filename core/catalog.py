@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import untrusted
+from .denoiser import takes_instructions
 from .errors import ModelError
 from .families import TRANSFORMERS_FAMILIES
 from .families.hf import TOKENIZER_CONFIG_KEY, read_tokenizer_config
@@ -111,8 +112,8 @@ def inspect_checkpoint(path: Path, name: str | None = None, source: str = "dir")
     except ModelError as exc:
         return CheckpointInfo(**info, family=family.name, problem=str(exc))
     problem = None if ids.get("mask_id") is not None else "no mask token in config.json or the tokenizer"
-    instruct = bool(ids.get("chat_template")) and ids.get("instruct") is not False  # as ModelSpec.takes_instructions
-    return CheckpointInfo(**info, family=family.name, instruct=instruct, problem=problem)
+    return CheckpointInfo(**info, family=family.name, instruct=takes_instructions(ids.get("chat_template"), ids.get("instruct")),
+                          problem=problem)
 
 
 def hf_cache_checkpoints(cache_dir: str | Path | None = None) -> list[tuple[str, Path]]:

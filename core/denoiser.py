@@ -58,6 +58,12 @@ class BlockRule:
             raise ValueError(f"unknown sampler {self.sampler!r} or schedule {self.schedule!r}")
 
 
+def takes_instructions(chat_template: str | None, instruct: bool | None) -> bool:
+    """Whether an edit may carry an instruction: a chat template to write it in, and a model tuned
+    to follow it (ModelSpec.instruct; None: it is when it has a template)."""
+    return bool(chat_template) and instruct is not False
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     family: str  # registry name, e.g. "sharpen", "llada", "dream"
@@ -105,8 +111,7 @@ class ModelSpec:
 
     @property
     def takes_instructions(self) -> bool:
-        """Whether an edit may carry an instruction: a chat template to write it in, and a model tuned to follow it."""
-        return self.chat_template is not None and self.instruct is not False
+        return takes_instructions(self.chat_template, self.instruct)
 
     @property
     def end_ids(self) -> tuple[int, ...]:

@@ -142,6 +142,10 @@ def test_special_ids_and_chat_template_come_from_the_files(ckpt, name, family, m
     assert spec.mask_id == tok.token_id(mask_token) and spec.eos_id == tok.token_id(eos_token)
     assert spec.pad_id == tok.token_id("<|endoftext|>")
     assert bool(spec.chat_template) == (name.endswith("instruct") or name == "open-dcoder")
+    # A released checkpoint takes instructions exactly when it ships a template; the listing says the same.
+    from sharpen.core.catalog import inspect_checkpoint
+
+    assert spec.takes_instructions == bool(spec.chat_template) == inspect_checkpoint(ckpt[name]).instruct
     assert den.model.cfg.vocab_size % 64 == 0 and den.model.cfg.vocab_size > tok.vocab_size  # padded embedding
 
 
@@ -421,3 +425,12 @@ def test_models_and_doctor_tell_the_truth(ckpt, tmp_path, capsys):
     assert f"torch {torch.__version__}" in report and "would load on cpu as float32" in report
     assert main(["doctor", "--model", str(broken)]) == 4
     assert "cannot load: truncated weights file" in capsys.readouterr().out
+
+
+def test_the_embedded_model_has_a_chat_template_and_takes_no_instructions():
+    from sharpen.core.catalog import inspect_checkpoint
+    from sharpen.core.loading import embedded_model_path
+
+    spec = load_denoiser(None).spec
+    assert spec.chat_template and spec.instruct is False and not spec.takes_instructions
+    assert inspect_checkpoint(embedded_model_path()).instruct is False  # `sharpen models` lists it without "(instruct)"
