@@ -322,6 +322,7 @@ def json_report(done, source: TextFile, seconds: float) -> dict:
         "steps": shared["steps"],
         "tokens": shared["tokens"],
         "prompt_tokens": shared["prompt_tokens"],  # the text around the spans the model read (what fit its canvas)
+        "context_cut": shared["context_cut"],  # some text around the spans did not fit the canvas
         "seconds": round(seconds, 4),
         "denoise_seconds": denoise,
         "tokens_per_second": shared["tokens_per_second"],

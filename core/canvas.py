@@ -49,12 +49,16 @@ class Canvas:
     mask_id: int
     rows: tuple[tuple[int, ...], ...] | None = None  # optional per-row starting canvases of the same length
     # (candidate lengths: a row's extra slots start as pad), denoised together as one batch
+    # Some of the text around the spans did not fit (the context was clipped to the budget):
+    # what a server reports as a truncated prompt (llama.cpp's `truncated`).
+    cut: bool = False
 
 
-def _lines_tail(text: str, budget: int, tokenizer: Tokenizer) -> list[int]:
-    """Tokens of the longest tail of `text` that starts at a line start and fits `budget`."""
+def _lines_tail(text: str, budget: int, tokenizer: Tokenizer) -> tuple[list[int], int]:
+    """Tokens of the longest tail of `text` that starts at a line start and fits `budget`, and
+    how many characters of `text` they hold."""
     if not text or budget <= 0:
-        return []
+        return [], 0
     # Look at a generous character window first so huge files never get encoded whole.
     start = max(0, len(text) - budget * 8)
     if start > 0:
@@ -63,36 +67,40 @@ def _lines_tail(text: str, budget: int, tokenizer: Tokenizer) -> list[int]:
     while True:
         ids = tokenizer.encode(text[start:])
         if len(ids) <= budget:
-            return ids
+            return ids, len(text) - start
         # Drop a share of lines proportional to the overflow and try again.
         drop = max(1, int((len(ids) - budget) / len(ids) * (len(text) - start)))
         newline = text.find("\n", start + drop - 1)
         start = newline + 1 if newline != -1 else len(text)
 
 
-def _lines_head(text: str, budget: int, tokenizer: Tokenizer) -> list[int]:
-    """Tokens of the longest head of `text` that ends at a line end and fits `budget`."""
+def _lines_head(text: str, budget: int, tokenizer: Tokenizer) -> tuple[list[int], int]:
+    """Tokens of the longest head of `text` that ends at a line end and fits `budget`, and how
+    many characters of `text` they hold."""
     if not text or budget <= 0:
-        return []
+        return [], 0
     end = min(len(text), budget * 8)
     if end < len(text):
         end = text.rfind("\n", 0, end) + 1
     while True:
         ids = tokenizer.encode(text[:end])
         if len(ids) <= budget:
-            return ids
+            return ids, end
         drop = max(1, int((len(ids) - budget) / len(ids) * end))
         end = text.rfind("\n", 0, max(0, end - drop)) + 1
 
 
-def _gap(text: str, budget: int, tokenizer: Tokenizer) -> list[int]:
-    """Text between two spans: whole when it fits, else its head and tail lines."""
-    if budget <= 0:
-        return []
-    ids = tokenizer.encode(text) if len(text) <= budget * 8 else None
+def _gap(text: str, budget: int, tokenizer: Tokenizer) -> tuple[list[int], bool]:
+    """Text between two spans: whole when it fits, else its head and tail lines; and whether
+    it was cut."""
+    if not text:
+        return [], False
+    ids = tokenizer.encode(text) if 0 < budget and len(text) <= budget * 8 else None
     if ids is not None and len(ids) <= budget:
-        return ids
-    return _lines_head(text, budget // 2, tokenizer) + _lines_tail(text, budget - budget // 2, tokenizer)
+        return ids, False
+    head, _ = _lines_head(text, budget // 2, tokenizer)
+    tail, _ = _lines_tail(text, budget - budget // 2, tokenizer)
+    return head + tail, True
 
 
 def build_canvas(text: str, spans: list[Span], tokenizer: Tokenizer, mask_id: int, context_tokens: int, max_len: int) -> Canvas:
@@ -117,18 +125,21 @@ def build_canvas(text: str, spans: list[Span], tokenizer: Tokenizer, mask_id: in
     gap_budget = budget // (2 + n_gaps) if n_gaps else 0
     edge_budget = (budget - gap_budget * n_gaps) // 2
 
-    prefix = _lines_tail(text[: spans[0].start], edge_budget, tokenizer)
-    suffix = _lines_head(text[spans[-1].end:], edge_budget, tokenizer)
+    prefix, before = _lines_tail(text[: spans[0].start], edge_budget, tokenizer)
+    suffix, after = _lines_head(text[spans[-1].end:], edge_budget, tokenizer)
+    cut = before < spans[0].start or after < len(text) - spans[-1].end
     ids: list[int] = list(prefix)
     slots: list[range] = []
     for i, (span, draft) in enumerate(zip(spans, drafts)):
         if i:
-            ids += _gap(text[spans[i - 1].end:span.start], gap_budget, tokenizer)
+            gap, gap_cut = _gap(text[spans[i - 1].end:span.start], gap_budget, tokenizer)
+            ids += gap
+            cut = cut or gap_cut
         slots.append(range(len(ids), len(ids) + len(draft)))
         ids += draft
     ids += suffix
-    window = (spans[0].start - len(tokenizer.decode(prefix)), spans[-1].end + len(tokenizer.decode(suffix)))
-    return Canvas(ids=tuple(ids), slots=tuple(slots), spans=tuple(spans), window=window, mask_id=mask_id)
+    window = (spans[0].start - before, spans[-1].end + after)
+    return Canvas(ids=tuple(ids), slots=tuple(slots), spans=tuple(spans), window=window, mask_id=mask_id, cut=cut)
 
 
 def span_text(ids: list[int], tokenizer: Tokenizer, drop_ids: tuple[int, ...]) -> str:

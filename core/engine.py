@@ -55,6 +55,8 @@ class EditResult:
     # Tokens the model read besides the slots (the context that fit, a prompt's or chat's own
     # tokens): what a server reports as the request's prompt tokens.
     prompt_tokens: int = 0
+    # Some text around the spans did not fit the canvas (Canvas.cut): a server's truncated prompt.
+    context_cut: bool = False
 
     @property
     def tokens(self) -> int:
@@ -185,7 +187,9 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
     else:
         canvas = build_canvas(text, ordered, tok, spec.mask_id, context_tokens, denoiser.max_len)
     frames = run_loop(denoiser, canvas, settings, should_stop, rules)  # the loop of the model's kind (core/loops/)
-    read = sum(len(c.ids) - sum(len(r) for r in c.slots) for c in (canvas if isinstance(canvas, tuple) else (canvas,)))
+    canvases = canvas if isinstance(canvas, tuple) else (canvas,)
+    read = sum(len(c.ids) - sum(len(r) for r in c.slots) for c in canvases)
+    cut = any(c.cut for c in canvases)
     started = time.perf_counter()
     for frame in frames:
         if not frame.done:
@@ -203,7 +207,7 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
         seconds = time.perf_counter() - started
         if row_lengths is not None:
             result = _ranked_result(text, ordered, frame, per_sample, row_lengths, settings.samples, drop, candidates, tok, seconds)
-            yield EditFrame(frame, replace(result, prompt_tokens=read))
+            yield EditFrame(frame, replace(result, prompt_tokens=read, context_cut=cut))
             continue
         scores = [_sample_score(frame, b) for b in range(len(per_sample))]
         ranking = sorted(range(len(per_sample)), key=lambda b: -scores[b]) if len(per_sample) > 1 else [0]
@@ -220,7 +224,7 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
             )
             for i, span in enumerate(ordered)
         )
-        result = EditResult(texts[0], span_results, frame.step, seconds, tuple(texts), best_row=best, prompt_tokens=read)
+        result = EditResult(texts[0], span_results, frame.step, seconds, tuple(texts), best_row=best, prompt_tokens=read, context_cut=cut)
         yield EditFrame(frame, result)
 
 

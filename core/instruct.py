@@ -163,4 +163,4 @@ def build_instruct_canvas(
     window = (span.start - len(before), span.end + len(after))
     # The slots start fully masked, so the sampler treats the span as an infill.
     return Canvas(ids=ids, slots=(range(len(prompt), len(ids)),), spans=(replace(span, mode="infill"),),
-                  window=window, mask_id=spec.mask_id)
+                  window=window, mask_id=spec.mask_id, cut=len(before) < span.start or len(after) < len(text) - span.end)

@@ -82,4 +82,5 @@ def prompt_canvas(text: str, span: Span, tokenizer: Tokenizer, spec: ModelSpec, 
             body[i] = spec.mask_id
     ids = (*prompt, *body)
     return Canvas(ids=tuple(ids), slots=(range(len(prompt), len(ids)),), spans=(span,),
-                  window=(span.start - before, span.end + after), mask_id=spec.mask_id)
+                  window=(span.start - before, span.end + after), mask_id=spec.mask_id,
+                  cut=before < span.start or after < len(text) - span.end)

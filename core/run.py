@@ -114,6 +114,7 @@ class Done:
             "steps": result.steps,
             "tokens": result.tokens,
             "prompt_tokens": result.prompt_tokens,
+            "context_cut": result.context_cut,
             "denoise_seconds": round(result.seconds, 4),
             "tokens_per_second": round(result.tokens / max(result.seconds, 1e-9), 2),
             "sharp_per_step": list(self.sharp_per_step),
@@ -141,7 +142,7 @@ class Done:
         )
         new_text = ChangeSet.of((r.span.start, r.span.end, r.text) for r in spans).apply(request.text)
         result = EditResult(new_text, spans, int(data["steps"]), float(data.get("denoise_seconds", 0.0)), (new_text,),
-                            prompt_tokens=int(data.get("prompt_tokens", 0)))
+                            prompt_tokens=int(data.get("prompt_tokens", 0)), context_cut=bool(data.get("context_cut", False)))
         return cls(result, Progress.from_json(data["last"]), data.get("model", ""), data.get("noise", "mask"),
                    tuple(data.get("sharp_per_step", ())))
 

@@ -64,6 +64,7 @@ def test_canvas_layout_round_trips(tiny_denoiser, case):
     fixed.append(text[cursor:])
     outside = [i for n, i in enumerate(canvas.ids) if not any(n in s for s in canvas.slots)]
     assert tok.decode(outside) == "".join(fixed)
+    assert not canvas.cut and canvas.window == (0, len(text))  # all of it fit
 
 
 def test_context_window_is_bounded_and_cut_at_line_starts(tiny_denoiser):
@@ -77,6 +78,21 @@ def test_context_window_is_bounded_and_cut_at_line_starts(tiny_denoiser):
     assert len(canvas.ids) <= 200 + len(canvas.slots[0])
     assert prefix and text[:start].endswith(prefix) and prefix.startswith("line_")
     assert suffix and text[start + 9:].startswith(suffix) and suffix.endswith("\n")
+    assert canvas.cut and canvas.window == (start - len(prefix), start + 9 + len(suffix))
+
+
+def test_a_gap_too_long_for_its_share_marks_the_canvas_cut(tiny_denoiser):
+    """Text between two spans that does not fit its budget is cut to its head and tail lines:
+    the canvas says so (a server reports it as a truncated prompt), though both ends fit."""
+    tok, mask = tiny_denoiser.tokenizer, tiny_denoiser.spec.mask_id
+    gap = "".join(f"middle_{n} = {n}\n" for n in range(400))
+    text = "a = 1\n" + "x\n" + gap + "y\n" + "b = 2\n"
+    first, second = text.index("x"), text.index("y\n")
+    spans = [Span(first, first + 1), Span(second, second + 1)]
+    canvas = build_canvas(text, spans, tok, mask, context_tokens=120, max_len=512)
+    assert canvas.window == (0, len(text)) and canvas.cut
+    whole = build_canvas(text, spans, tok, mask, context_tokens=100_000, max_len=100_000)
+    assert whole.window == (0, len(text)) and not whole.cut
 
 
 def test_infill_slot_budget():

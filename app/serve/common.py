@@ -65,14 +65,18 @@ class Server:
         except SharpenError as exc:
             raise HTTPError(400 if isinstance(exc, UsageError) else 500, str(exc)) from None
 
-    def context_tokens(self, edit: EditRequest) -> int:
-        """About the tokens of text around the first span that the canvas can hold, for a run with
-        no result to count them (cut by its time budget); a finished run's result counts them."""
+    def estimate_context(self, edit: EditRequest) -> tuple[int, bool]:
+        """About the tokens of text around the first span that the canvas can hold, and whether
+        that text is more than it holds: for a run with no result to count them (cut by its time
+        budget); a finished run's result knows (EditResult.prompt_tokens, .context_cut)."""
         window = self.editing.context_tokens * 8  # characters: enough for the budget, never the whole file
         span = edit.spans[0]
         around = edit.text[max(0, span.start - window):span.start] + edit.text[span.end:span.end + window]
         room = max(0, self.info.max_len - (span.max_tokens or 0))  # the slots take their share of the canvas first
-        return min(len(self.backend.runner.denoiser.tokenizer.encode(around)), self.editing.context_tokens, room)
+        fits = min(self.editing.context_tokens, room)
+        tokens = len(self.backend.runner.denoiser.tokenizer.encode(around))
+        beyond = span.start > window or span.end + window < len(edit.text)
+        return min(tokens, fits), beyond or tokens > fits
 
 
 def server_of(request: Request) -> Server:

@@ -12,7 +12,10 @@ A masked-diffusion model fills the whole span at once, so:
   is the server's own bound (--max-tokens); 0 is a warm-up: the client is only priming a cache,
   and nothing runs. stop_type is "limit" when every slot held content, as when llama.cpp ran
   out of n_predict.
-- t_max_predict_ms ends the run early: the answer is what was committed from the left by then.
+- t_max_predict_ms ends the run early: the answer is what was committed from the left by then,
+  with stop_type "limit" (llama.cpp's own for a time limit).
+- truncated is llama.cpp's: the context did not all fit (here: the canvas held only part of the
+  text around the cursor), so a client can say its context is too long.
 - n_indent ends the content at the first later line indented less (llama.cpp's rule).
 - input_extra goes before the prefix, as context a long enough canvas may reach.
 - cache_prompt, t_max_prompt_ms, samplers, id_slot are accepted and have no effect:
@@ -53,16 +56,18 @@ async def infill(request: Request):
     if n_predict == 0:  # a warm-up: llama.vim primes the server's cache this way; nothing to run
         return JSONResponse(_project(_answer("", server, 0, 0, 0.0, 0.0, False, slot, None), fields))
     edit = point_request(server, before, suffix, n_predict, sampling)
-    if stream:
-        events = await open_stream(request, server, edit)
-        return StreamingResponse(_stream(server, events, edit, len(before), n_indent, stops, slot), media_type="text/event-stream", headers=SSE_HEADERS)
     budget = predict_ms / 1000 if predict_ms and predict_ms > 0 else None
+    if stream:
+        started = time.perf_counter()
+        events = await open_stream(request, server, edit, seconds=budget)
+        return StreamingResponse(_stream(server, events, edit, len(before), n_indent, stops, slot, started), media_type="text/event-stream", headers=SSE_HEADERS)
     outcome = await run_to_end(request, server, edit, seconds=budget, every=0.0 if budget else 3600.0)
+    timed_out = False
     if outcome.done is not None:
-        content, truncated = outcome.done.result.spans[0].text, False
+        content = outcome.done.result.spans[0].text
         predicted = outcome.done.result.tokens
     elif outcome.stopped.reason == "deadline" and outcome.stopped.last is not None:
-        content, truncated = committed_text(outcome.stopped.last, edit.text, len(before)), True
+        content, timed_out = committed_text(outcome.stopped.last, edit.text, len(before)), True
         predicted = outcome.stopped.last.sharp
     elif outcome.stopped.reason == "deadline":
         raise HTTPError(503, "the model was busy for the whole t_max_predict_ms", {"Retry-After": "1"})
@@ -70,9 +75,10 @@ async def infill(request: Request):
         raise HTTPError(499, "the client closed the request")
     content, word = cut_at_stop(cut_at_indent(content, n_indent), stops)
     first = outcome.first_frame or 0.0
-    prompt_n = outcome.done.result.prompt_tokens if outcome.done is not None else server.context_tokens(edit)
-    answer = _answer(content, server, prompt_n, predicted, first, outcome.seconds - first, truncated, slot, word,
-                     full=predicted >= n_predict)
+    result = outcome.done.result if outcome.done is not None else None
+    prompt_n, cut = (result.prompt_tokens, result.context_cut) if result is not None else server.estimate_context(edit)
+    answer = _answer(content, server, prompt_n, predicted, first, outcome.seconds - first, cut, slot, word,
+                     full=timed_out or predicted >= n_predict)
     return JSONResponse(_project(answer, fields))
 
 
@@ -130,8 +136,9 @@ def cut_at_indent(content: str, n_indent: int) -> str:
 
 
 def _answer(content, server, prompt_n, predicted_n, prompt_s, predict_s, truncated, slot, word, full: bool = False) -> dict:
-    """llama.cpp's answer. stop_type as llama.cpp's: "word" (a stop string), "limit" (every one of
-    the n_predict slots held content, or t_max_predict_ms ran out), else "eos" (the model ended it)."""
+    """llama.cpp's answer. stop_type as llama.cpp's: "word" (a stop string), "limit" (`full`: every
+    one of the n_predict slots held content, or t_max_predict_ms ran out), else "eos" (the model
+    ended it). `truncated`: the context did not all fit."""
     prompt_ms, predicted_ms = prompt_s * 1000, predict_s * 1000
     return {
         "content": content,
@@ -141,7 +148,7 @@ def _answer(content, server, prompt_n, predicted_n, prompt_s, predict_s, truncat
         "tokens_predicted": predicted_n,
         "tokens_evaluated": prompt_n,
         "truncated": truncated,
-        "stop_type": "word" if word else "limit" if truncated or full else "eos",
+        "stop_type": "word" if word else "limit" if full else "eos",
         "stopping_word": word or "",
         "tokens_cached": 0,  # no prompt cache is kept between requests
         "timings": {
@@ -157,16 +164,17 @@ def _answer(content, server, prompt_n, predicted_n, prompt_s, predict_s, truncat
     }
 
 
-async def _stream(server, events, edit, at: int, n_indent: int, stops: list[str], slot: int):
+async def _stream(server, events, edit, at: int, n_indent: int, stops: list[str], slot: int, started: float):
     """stream: true: llama.cpp's chunks ({content, stop: false}) carry the text committed from
     the left as it settles; the last ({stop: true}) the rest and the timings."""
     from ...core.run import Done, Progress
 
     sent = ""
-    started = time.perf_counter()
+    first = None  # seconds from `started` (the request's) to the first frame: the canvas built and read, llama.cpp's prompt time
     async with aclosing(events):
         async for event in events:
             if isinstance(event, Progress):
+                first = time.perf_counter() - started if first is None else first
                 now = cut_at_stop(cut_at_indent(committed_text(event, edit.text, at), n_indent), stops)[0]
                 if now.startswith(sent) and len(now) > len(sent):
                     yield sse({"content": now[len(sent):], "stop": False, "id_slot": slot})
@@ -174,13 +182,17 @@ async def _stream(server, events, edit, at: int, n_indent: int, stops: list[str]
             elif isinstance(event, Done):
                 final, word = cut_at_stop(cut_at_indent(event.result.spans[0].text, n_indent), stops)
                 rest = final[len(sent):] if final.startswith(sent) else ""
-                seconds = time.perf_counter() - started
-                answer = _answer(rest, server, 0, event.result.tokens, 0.0, seconds, False, slot, word, full=event.result.tokens >= edit.spans[0].max_tokens)
-                yield sse(answer)
+                seconds, prompt_s = time.perf_counter() - started, first or 0.0
+                result = event.result
+                yield sse(_answer(rest, server, result.prompt_tokens, result.tokens, prompt_s, seconds - prompt_s, result.context_cut, slot, word,
+                                  full=result.tokens >= edit.spans[0].max_tokens))
                 return
             elif isinstance(event, Failed):  # the run failed after the stream began
                 yield sse(error_body(event.status, event.message))
                 return
             else:  # Stopped: the time ran out; what was sent stands
-                yield sse(_answer("", server, 0, 0, 0.0, time.perf_counter() - started, True, slot, None))
+                prompt_s = first or 0.0
+                sharp = event.last.sharp if event.last is not None else 0
+                prompt_n, cut = server.estimate_context(edit)
+                yield sse(_answer("", server, prompt_n, sharp, prompt_s, time.perf_counter() - started - prompt_s, cut, slot, None, full=True))
                 return

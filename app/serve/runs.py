@@ -50,15 +50,15 @@ async def run_to_end(request, server: Server, edit, seconds: float | None = None
     raise HTTPError(500, "the run ended without a result")
 
 
-async def open_stream(request, server: Server, edit, every: float = 0.0):
+async def open_stream(request, server: Server, edit, every: float = 0.0, seconds: float | None = None):
     """The run's events for a streamed answer: Progress per step (coalesced to `every`), then
-    Done or Stopped. Waits for the first event, so a refused run (bad request, a busy model)
+    Done or Stopped (the server's time limit, or `seconds` when shorter, ran out). Waits for the first event, so a refused run (bad request, a busy model)
     is still a JSON error with its status, not a broken stream. A client that leaves, while
     waiting or while streaming, stops the run within a step."""
     from ...core.run import Done
 
     started = time.perf_counter()
-    handle = start_run(server.backend, edit, every=every, seconds=server.limits.seconds)
+    handle = start_run(server.backend, edit, every=every, seconds=min(seconds or server.limits.seconds, server.limits.seconds))
     watcher = asyncio.create_task(cancel_on_disconnect(request, handle))
     events = handle.events()
     try:

@@ -1,0 +1,191 @@
+"""The fields beyond the prompt, on the server's application in process (httpx's ASGI
+transport): OpenAI's (through the official `openai` package) echo, stream_options.include_usage,
+fields asking for what a diffusion run here does not do (refused in one line, their defaults
+accepted), and how a stream cut by the server's time limit ends; llama.cpp's `truncated`
+(the context did not all fit), prompt timings and t_max_predict_ms, streamed or not."""
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import openai
+import pytest
+
+from sharpen.app.backend import LocalBackend
+from sharpen.app.serve.app import build_app
+from sharpen.app.serve.common import Limits, Server
+from sharpen.app.serve.runs import committed_text
+from sharpen.core.run import Progress
+
+PREFIX = "def fizzbuzz(n):\n    for i in range(1, n + 1):\n"
+SUFFIX = "\n    return n\n"
+
+
+@pytest.fixture(scope="module")
+def denoiser():
+    from sharpen.app.model_choice import load_model
+    from sharpen.core.settings import ModelRequest
+
+    return load_model(ModelRequest(), quiet=True)
+
+
+def _http(backend, limits: Limits = Limits()) -> httpx.AsyncClient:
+    app = build_app(Server(backend, backend.describe(), limits))
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sharpen", timeout=120)
+
+
+def _client(backend, limits: Limits = Limits()) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url="http://sharpen/v1", api_key="none", http_client=_http(backend, limits), max_retries=0)
+
+
+@pytest.fixture
+def client(denoiser):
+    return _client(LocalBackend.of(denoiser))
+
+
+async def test_echo_puts_the_prompt_before_the_answer_alone_and_streamed(client):
+    ask = dict(model="sharpen-embedded", prompt=PREFIX, suffix=SUFFIX, max_tokens=12, seed=3)
+    plain = (await client.completions.create(**ask)).choices[0].text
+    echoed = (await client.completions.create(**ask, echo=True)).choices[0].text
+    assert echoed == PREFIX + plain
+
+    deltas = [c.choices[0].text async for c in await client.completions.create(**ask, echo=True, stream=True)]
+    assert deltas[0].startswith(PREFIX) and "".join(deltas) == PREFIX + plain
+    drafts = [c.choices[0].text async for c in await client.completions.create(**ask, echo=True, stream=True, extra_body={"diffusing": True})]
+    assert len(drafts) >= 4 and all(d.startswith(PREFIX) for d in drafts) and drafts[-1] == PREFIX + plain
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+async def test_include_usage_ends_the_stream_with_the_counts_an_answer_reports(client, chat):
+    if chat:
+        ask = dict(model="sharpen-embedded", messages=[{"role": "user", "content": "count to three"}], max_tokens=10, seed=5)
+        create = client.chat.completions.create
+    else:
+        ask = dict(model="sharpen-embedded", prompt=PREFIX, suffix=SUFFIX, max_tokens=10, seed=5)
+        create = client.completions.create
+    whole = await create(**ask)
+    chunks = [c async for c in await create(**ask, stream=True, stream_options={"include_usage": True})]
+    assert all(c.usage is None for c in chunks[:-1]) and chunks[-1].choices == []
+    assert chunks[-1].usage == whole.usage and whole.usage.completion_tokens > 0
+    plain = [c async for c in await create(**ask, stream=True)]
+    assert all(c.usage is None and c.choices for c in plain)  # not asked: no usage chunk
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("logprobs", 2, "logprobs: sharpen returns no log probabilities"),
+    ("presence_penalty", 0.5, "presence_penalty: sharpen applies no presence penalty (its sampling: temperature, top_k, top_p, seed, steps)"),
+    ("frequency_penalty", -1, "frequency_penalty: sharpen applies no frequency penalty (its sampling: temperature, top_k, top_p, seed, steps)"),
+    ("logit_bias", {"50256": -100}, "logit_bias: sharpen applies no logit bias"),
+    ("best_of", 3, "best_of must be 1 (ask for alternatives with /v1/edits and sampling.samples)"),
+    ("best_of", True, "best_of must be 1 (ask for alternatives with /v1/edits and sampling.samples)"),
+])
+async def test_a_completion_asking_what_runs_here_do_not_do_is_one_line_400(client, field, value, message):
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.completions.create(model="sharpen-embedded", prompt="x", max_tokens=2, extra_body={field: value})
+    assert refused.value.status_code == 400 and refused.value.body["message"] == message
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("logprobs", True, "logprobs: sharpen returns no log probabilities"),
+    ("top_logprobs", 3, "top_logprobs: sharpen returns no log probabilities"),
+    ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}], "tools: sharpen calls no tools"),
+    ("response_format", {"type": "json_object"}, "response_format: sharpen answers plain text only (response_format type text)"),
+])
+async def test_a_chat_asking_what_runs_here_do_not_do_is_one_line_400(client, field, value, message):
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.chat.completions.create(model="sharpen-embedded", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                             extra_body={field: value})
+    assert refused.value.body["message"] == message
+
+
+async def test_the_defaults_clients_send_for_those_fields_are_accepted(client):
+    # What OpenAI-compatible clients send when they set everything to its default.
+    defaults = {"logprobs": None, "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "best_of": 1, "echo": False, "user": "me"}
+    done = await client.completions.create(model="sharpen-embedded", prompt="x", max_tokens=2, extra_body=defaults)
+    assert done.choices[0].finish_reason in ("stop", "length")
+    chat = {"logprobs": False, "top_logprobs": 0, "tools": [], "response_format": {"type": "text"}, "presence_penalty": 0}
+    done = await client.chat.completions.create(model="sharpen-embedded", messages=[{"role": "user", "content": "hi"}], max_tokens=2, extra_body=chat)
+    assert done.choices[0].message.role == "assistant"
+
+
+class FramesThenStall:
+    """A local backend whose run stalls after `frames` frames until the server's time runs out:
+    a stream cut at a known step. Keeps the frames it gave."""
+
+    def __init__(self, backend: LocalBackend, frames: int) -> None:
+        self.inner, self.frames, self.seen = backend, frames, []
+
+    def describe(self):
+        return self.inner.describe()
+
+    @property
+    def runner(self):
+        return self.inner.runner
+
+    def run(self, request, should_stop, every=0.0):
+        for event in self.inner.run(request, should_stop, every):
+            yield event
+            if isinstance(event, Progress):
+                self.seen.append(event)
+                while len(self.seen) >= self.frames and not should_stop():
+                    time.sleep(0.01)
+
+
+@pytest.mark.parametrize("diffusing", [False, True], ids=["deltas", "diffusing"])
+async def test_a_stream_cut_by_the_time_limit_ends_with_the_committed_text_in_its_kind(denoiser, diffusing):
+    """A diffusing client replaces its draft with each chunk: the cut stream's last chunk must
+    carry what was committed (it carried "" and a client's text vanished); a delta client has
+    been sent the committed text already and gets nothing more."""
+    backend = FramesThenStall(LocalBackend.of(denoiser), frames=9)
+    client = _client(backend, Limits(seconds=1.5))
+    ask = dict(model="sharpen-embedded", prompt=PREFIX, suffix=SUFFIX, max_tokens=16, seed=1, extra_body={"diffusing": diffusing, "steps": 16})
+    chunks = [c.choices[0] async for c in await client.completions.create(**ask, stream=True)]
+    committed = committed_text(backend.seen[-1], PREFIX + SUFFIX, len(PREFIX))
+    assert committed  # the cut comes after something has settled, or the case is not tried
+    assert chunks[-1].finish_reason == "length" and all(c.finish_reason is None for c in chunks[:-1])
+    if diffusing:
+        assert chunks[-1].text == committed and len(chunks) == len(backend.seen) + 1
+    else:
+        assert "".join(c.text for c in chunks) == committed and chunks[-1].text == ""
+
+
+def _events(stream_body: str) -> list[dict]:
+    return [json.loads(line[len("data: "):]) for line in stream_body.splitlines() if line.startswith("data: ")]
+
+
+async def test_infill_says_truncated_when_the_context_did_not_all_fit_streamed_or_not(denoiser):
+    """llama.cpp's `truncated`: the context was more than the model holds. A file longer than
+    the canvas is; a short one is not. The streamed answer's last event reports what the
+    answer does (it reported prompt_n 0 before)."""
+    http = _http(LocalBackend.of(denoiser))
+    long_prefix = "".join(f"value_{n} = {n}\n" for n in range(400)) + PREFIX
+    for prefix, cut in ((PREFIX, False), (long_prefix, True)):
+        body = {"input_prefix": prefix, "input_suffix": SUFFIX, "n_predict": 12, "seed": 2}
+        answer = (await http.post("/infill", json=body)).json()
+        assert answer["truncated"] is cut and answer["stop_type"] in ("eos", "limit")
+        assert 0 < answer["timings"]["prompt_n"] == answer["tokens_evaluated"] < denoiser.max_len
+        last = _events((await http.post("/infill", json={**body, "stream": True})).text)[-1]
+        assert last["stop"] is True and last["truncated"] is cut
+        assert last["timings"]["prompt_n"] == answer["timings"]["prompt_n"] and last["tokens_predicted"] == answer["tokens_predicted"]
+        assert last["timings"]["prompt_ms"] > 0
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["answer", "stream"])
+async def test_infill_cut_by_t_max_predict_ms_is_limit_not_truncated(denoiser, stream):
+    """t_max_predict_ms ends the run with what was committed, stop_type "limit" as llama.cpp's
+    time limit does; `truncated` stays about the context (it said true for any time cut)."""
+    backend = FramesThenStall(LocalBackend.of(denoiser), frames=9)
+    http = _http(backend)
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 16, "seed": 1, "steps": 16, "t_max_predict_ms": 1500, "stream": stream}
+    reply = await http.post("/infill", json=body)
+    committed = committed_text(backend.seen[-1], PREFIX + SUFFIX, len(PREFIX))
+    assert committed  # something had settled when the time ran out, or the case is not tried
+    if stream:
+        events = _events(reply.text)
+        last = events[-1]
+        assert "".join(e["content"] for e in events) == committed
+    else:
+        last = reply.json()
+        assert last["content"] == committed
+    assert last["stop_type"] == "limit" and last["truncated"] is False and last["tokens_predicted"] == backend.seen[-1].sharp
