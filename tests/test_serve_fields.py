@@ -189,3 +189,35 @@ async def test_infill_cut_by_t_max_predict_ms_is_limit_not_truncated(denoiser, s
         last = reply.json()
         assert last["content"] == committed
     assert last["stop_type"] == "limit" and last["truncated"] is False and last["tokens_predicted"] == backend.seen[-1].sharp
+
+
+def llama_vscode_chat_edit_body(instructions: str, original: str) -> dict:
+    """The body llama.vscode's chat edit sends (src/llama-server.ts, createChatEditRequestPayload,
+    ggml-org/llama.vscode 009e5b7): llama.cpp's own sampler fields beside OpenAI's, max_tokens -1."""
+    return {
+        "messages": [{"role": "system", "content": "You are an expert coder."},
+                     {"role": "user", "content": f"instructions:\n{instructions}\n\noriginal code:\n{original}\n\nmodified code:"}],
+        "stream": False, "cache_prompt": True, "samplers": "edkypmxt", "temperature": 0.8, "dynatemp_range": 0,
+        "dynatemp_exponent": 1, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1, "xtc_probability": 0,
+        "xtc_threshold": 0.1, "repeat_last_n": 64, "repeat_penalty": 1, "presence_penalty": 0, "frequency_penalty": 0,
+        "dry_multiplier": 0, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1, "max_tokens": -1,
+        "timings_per_token": False,
+    }
+
+
+async def test_llama_vscode_chat_edit_body_is_answered_and_its_tools_body_refused(denoiser):
+    """max_tokens -1 is llama.cpp's "no limit" (it was a 400); llama.cpp's sampler extras are
+    accepted as /infill accepts them; its agent's body asks for tools, which runs here do not call."""
+    http = _http(LocalBackend.of(denoiser))
+    answer = await http.post("/v1/chat/completions", json=llama_vscode_chat_edit_body("add a docstring", "def f(x):\n    return x\n"))
+    assert answer.status_code == 200, answer.text
+    done = answer.json()
+    assert done["choices"][0]["message"]["role"] == "assistant" and 0 < done["usage"]["completion_tokens"] <= min(512, denoiser.max_len // 2)
+    tools = [{"type": "function", "function": {"name": "read_file", "description": "read a file", "parameters": {"type": "object", "properties": {}}}}]
+    refused = await http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "read a.py"}], "stream": False,
+                                                            "temperature": 0.8, "top_p": 0.95, "tools": tools, "tool_choice": "auto"})
+    assert refused.status_code == 400 and refused.json()["error"]["message"] == "tools: sharpen calls no tools"
+    endless = await http.post("/v1/completions", json={"prompt": PREFIX, "max_tokens": -1, "seed": 4})
+    bounded = await http.post("/v1/completions", json={"prompt": PREFIX, "max_tokens": min(512, denoiser.max_len // 2), "seed": 4})
+    assert endless.status_code == 200 and endless.json()["choices"][0]["text"] == bounded.json()["choices"][0]["text"]
+    assert (await http.post("/v1/completions", json={"prompt": PREFIX, "max_tokens": -2})).json()["error"]["message"] == "max_tokens must be at least 0"

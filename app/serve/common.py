@@ -182,12 +182,13 @@ def sampling_of(server: Server, body: dict) -> Sampling:
 
 
 def token_budget(server: Server, body: dict, *names: str, default: int, endless: int | None = None) -> int:
-    """The slots asked for under the first of `names` present, refused above the server's bound.
-    `endless`: the value that asks for no limit (llama.cpp's n_predict -1): `default` slots."""
+    """The slots asked for under the first of `names` present, refused above the server's bound;
+    `default` when none is. `endless`: the value that asks for no limit (llama.cpp's -1): the
+    server's bound."""
     for name in names:
         value = field_of(body, name, int)
         if value is not None and value == endless:
-            break
+            return server.max_tokens
         if value is not None:
             if value < 0:
                 raise HTTPError(400, f"{name} must be at least 0")

@@ -90,7 +90,8 @@ async def _text_completion(request: Request, fim_only: bool):
         prefix, suffix = parts
     else:
         prefix, suffix = prompt, suffix or ""
-    tokens = token_budget(server, body, "max_tokens", "max_completion_tokens", default=DEFAULT_MAX_TOKENS)
+    # -1: llama.cpp's "no limit" (llama.vscode sends it), the server's own bound
+    tokens = token_budget(server, body, "max_tokens", "max_completion_tokens", default=DEFAULT_MAX_TOKENS, endless=-1)
     edit = point_request(server, prefix, suffix, tokens, sampling_of(server, body))
     shape = _Shape("text_completion", server.info.name, chat=False, echo=echo)
     return await _answer(request, server, body, edit, shape)
@@ -102,7 +103,7 @@ async def chat_completions(request: Request):
     messages = _messages(body)
     _refuse_unsupported(body)
     prompt = server.chat_prompt(messages)
-    tokens = token_budget(server, body, "max_tokens", "max_completion_tokens", "n_predict", default=server.max_tokens)
+    tokens = token_budget(server, body, "max_tokens", "max_completion_tokens", "n_predict", default=server.max_tokens, endless=-1)
     edit = point_request(server, prompt, "", tokens, sampling_of(server, body))
     shape = _Shape("chat.completion", server.info.name, chat=True)
     return await _answer(request, server, body, edit, shape)
