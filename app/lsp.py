@@ -134,6 +134,15 @@ def build_server(completer: Completer):
         offset = document.offset_at_position(params.position)  # the client's UTF-16 columns, as characters
         # A position past the end is clamped to it (pygls): the answer's range is where the text goes.
         here = document.client_position_at_offset(offset) if text else lsp.Position(0, 0)
+        where, lead = lsp.Range(here, here), ""
+        chosen = params.context.selected_completion_info if params.context else None
+        if chosen is not None:
+            # LSP 3.18: with an item selected in the completion menu, an inline completion must
+            # extend that item's text over its range, or the client does not show it. So the
+            # model fills after the item's text, as if it were typed, and the answer starts with it.
+            start, end = sorted((document.offset_at_position(chosen.range.start), document.offset_at_position(chosen.range.end)))
+            text, offset, lead = text[:start] + chosen.text + text[end:], start + len(chosen.text), chosen.text
+            where = lsp.Range(document.client_position_at_offset(start), document.client_position_at_offset(end))
         stop = threading.Event()
         try:
             filled = await asyncio.to_thread(completer.complete, text, offset, stop)
@@ -145,7 +154,7 @@ def build_server(completer: Completer):
             return None
         if not filled:
             return lsp.InlineCompletionList(items=[])
-        return lsp.InlineCompletionList(items=[lsp.InlineCompletionItem(insert_text=filled, range=lsp.Range(here, here))])
+        return lsp.InlineCompletionList(items=[lsp.InlineCompletionItem(insert_text=lead + filled, range=where)])
 
     return server
 

@@ -130,3 +130,31 @@ async def test_a_request_whose_params_do_not_read_gets_an_invalid_params_answer(
         assert len(answer.items) == 1
     finally:
         await _stop(client)
+
+
+async def test_a_completion_menu_selection_is_extended_over_its_range(runner):
+    """LSP 3.18: with an item selected in the client's completion menu, the inline completion
+    must start with that item's text and replace the item's range (else VS Code shows nothing):
+    the model fills after the item's text, as if it had been typed."""
+    from lsprotocol import types as lsp
+
+    client, _ = await _client("--steps", "8")
+    try:
+        # The cursor after "    for i in r" on line 1, the menu offering "range" for "r".
+        line = TEXT.split("\n")[1]
+        typed = "    for i in r"
+        assert line.startswith(typed)
+        chosen = lsp.SelectedCompletionInfo(range=lsp.Range(lsp.Position(1, len(typed) - 1), lsp.Position(1, len(typed))), text="range")
+        params = lsp.InlineCompletionParams(
+            context=lsp.InlineCompletionContext(trigger_kind=lsp.InlineCompletionTriggerKind.Automatic, selected_completion_info=chosen),
+            text_document=_params().text_document, position=lsp.Position(1, len(typed)))
+        answer = await asyncio.wait_for(client.text_document_inline_completion_async(params), 60)
+        start = TEXT.index(typed) + len(typed) - 1
+        as_typed = TEXT[:start] + "range" + TEXT[start + 1:]
+        at = start + len("range")
+        alone = runner.result(EditRequest(as_typed, (Span(at, at, max_tokens=Editing().infill_tokens),), Sampling(steps=8))).result.spans[0].text
+        assert len(answer.items) == 1 and answer.items[0].insert_text == "range" + alone
+        where = answer.items[0].range
+        assert (where.start.line, where.start.character, where.end.line, where.end.character) == (1, len(typed) - 1, 1, len(typed))
+    finally:
+        await _stop(client)
