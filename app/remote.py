@@ -157,6 +157,10 @@ class RemoteBackend:
                 for exchange in exchanges:
                     exchange.close()
                 raise item
+            if isinstance(item, dict) and item.get("choices") == [] and isinstance(item.get("usage"), dict):
+                # stream_options.include_usage: the counts come in a chunk of their own after the last text
+                tokens[i], prompts[i] = (_count(item["usage"].get(name)) for name in ("completion_tokens", "prompt_tokens"))
+                continue
             choice = _first_choice(item, self.url)
             text = choice.get("text")
             if text is None and isinstance(choice.get("delta"), dict):
@@ -201,8 +205,8 @@ class RemoteBackend:
                 "temperature": request.sampling.temperature}
         if request.sampling.top_p is not None:
             body["top_p"] = request.sampling.top_p
-        if diffusing:
-            body.update(stream=True, diffusing=True)
+        if diffusing:  # the counts a plain answer's usage carries, in a last chunk of their own (OpenAI's option)
+            body.update(stream=True, diffusing=True, stream_options={"include_usage": True})
         return body
 
     # -- HTTP ----------------------------------------------------------------------------------

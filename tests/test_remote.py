@@ -142,3 +142,17 @@ def test_headless_edit_on_a_server_without_text_exits_4_and_leaves_the_file(serv
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 4 and out.stderr.count("\n") == 1 and "answered without a text" in out.stderr, out.stderr
     assert path.read_text() == TEXT
+
+
+def test_a_diffusing_streams_usage_chunk_gives_the_counts_and_is_no_error(server):
+    """With stream_options.include_usage (which sharpen asks for) an OpenAI-style stream ends with
+    a chunk whose choices are empty and whose usage holds the counts: it was "answered without
+    choices" and the edit failed; now its counts are the result's."""
+    events = (b'data: {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "x"}, "finish_reason": null}], "usage": null}\n\n'
+              b'data: {"choices": [{"index": 0, "delta": {"content": "x * 2"}, "finish_reason": "stop"}], "usage": null}\n\n'
+              b'data: {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}}\n\n'
+              b'data: [DONE]\n\n')
+    server.answers["/v1/fim/completions"] = (200, "text/event-stream", events)
+    done = run(server, "mercury")[-1]
+    assert done.result.text == "def f(x):\n    return x * 2\n"
+    assert (done.result.spans[0].tokens, done.result.prompt_tokens) == (3, 9)
