@@ -36,7 +36,11 @@ def _http(backend, limits: Limits = Limits()) -> httpx.AsyncClient:
 
 
 def _client(backend, limits: Limits = Limits()) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url="http://sharpen/v1", api_key="none", http_client=_http(backend, limits), max_retries=0)
+    return _openai(_http(backend, limits))
+
+
+def _openai(http: httpx.AsyncClient) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url="http://sharpen/v1", api_key="none", http_client=http, max_retries=0)
 
 
 @pytest.fixture
@@ -221,3 +225,18 @@ async def test_llama_vscode_chat_edit_body_is_answered_and_its_tools_body_refuse
     bounded = await http.post("/v1/completions", json={"prompt": PREFIX, "max_tokens": min(512, denoiser.max_len // 2), "seed": 4})
     assert endless.status_code == 200 and endless.json()["choices"][0]["text"] == bounded.json()["choices"][0]["text"]
     assert (await http.post("/v1/completions", json={"prompt": PREFIX, "max_tokens": -2})).json()["error"]["message"] == "max_tokens must be at least 0"
+
+
+async def test_the_openai_package_retrieves_the_model_and_an_unknown_one_is_404(denoiser):
+    http = _http(LocalBackend.of(denoiser))
+    client = _openai(http)
+    model = await client.models.retrieve("sharpen-embedded")
+    assert model.id == "sharpen-embedded" and model.owned_by == "sharpen"
+    listed = [m.id async for m in client.models.list()]
+    assert listed == ["sharpen-embedded"]
+    with pytest.raises(openai.NotFoundError) as missing:
+        await client.models.retrieve("org/other-model")
+    assert missing.value.body["message"] == "no model org/other-model here (this server serves sharpen-embedded)"
+    metrics = (await http.get("/metrics")).text
+    assert 'sharpen_requests_total{endpoint="/v1/models/{model:path}",status="200"} 1' in metrics
+    assert 'sharpen_requests_total{endpoint="/v1/models/{model:path}",status="404"} 1' in metrics

@@ -76,7 +76,7 @@ class Guard:
                 return
             await self.app(scope, receive, counted)
         finally:
-            self.server.metrics.answered(path if path in ROUTE_PATHS else "other", status.get("code", 499))
+            self.server.metrics.answered(_route_of(path), status.get("code", 499))
 
     def _authorized(self, scope) -> bool:
         headers = dict(scope["headers"])
@@ -90,6 +90,7 @@ ROUTES = [
     Route("/metrics", metrics, methods=["GET"]),
     Route("/v1/models", openai.models, methods=["GET"]),
     Route("/models", openai.models, methods=["GET"]),
+    Route("/v1/models/{model:path}", openai.model, methods=["GET"]),
     Route("/infill", llama.infill, methods=["POST"]),
     Route("/v1/completions", openai.completions, methods=["POST"]),
     Route("/completions", openai.completions, methods=["POST"]),
@@ -98,7 +99,12 @@ ROUTES = [
     Route("/chat/completions", openai.chat_completions, methods=["POST"]),
     Route("/v1/edits", edits.edits, methods=["POST"]),
 ]
-ROUTE_PATHS = frozenset(r.path for r in ROUTES)
+
+
+def _route_of(path: str) -> str:
+    """The route a path is answered by, as /metrics labels it ("/v1/models/{model:path}"); "other"
+    for none, so a client probing paths cannot grow the label set."""
+    return next((r.path for r in ROUTES if r.path_regex.match(path)), "other")
 
 
 def build_app(server: Server) -> Starlette:

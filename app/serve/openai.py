@@ -110,10 +110,20 @@ async def chat_completions(request: Request):
 
 
 async def models(request: Request):
-    server = server_of(request)
+    return JSONResponse({"object": "list", "data": [_model(server_of(request))]})
+
+
+async def model(request: Request):
+    """OpenAI's retrieve: GET /v1/models/{model} (the openai package's models.retrieve)."""
+    server, name = server_of(request), request.path_params["model"]
+    if name != server.info.name:
+        raise HTTPError(404, f"no model {name} here (this server serves {server.info.name})")
+    return JSONResponse(_model(server))
+
+
+def _model(server) -> dict:
     info = server.info
-    return JSONResponse({"object": "list", "data": [
-        {"id": info.name, "object": "model", "created": int(server.started), "owned_by": "sharpen", "meta": info.to_json()}]})
+    return {"id": info.name, "object": "model", "created": int(server.started), "owned_by": "sharpen", "meta": info.to_json()}
 
 
 def _refuse_unsupported(body: dict) -> None:
