@@ -51,7 +51,7 @@ class Editor(Request):
     ghost_pause_ms: int = setting(300, "pause in typing before ghost completion runs", low=50, high=10_000, metavar="MS")
 
 
-PROTOCOLS = ("auto", "sharpen", "mercury", "openai")  # what a --backend server speaks (app/remote.py)
+PROTOCOLS = ("auto", "sharpen", "mercury", "openai", "chat")  # what a --backend server speaks (app/remote.py)
 
 
 def _check_url(value: str) -> None:

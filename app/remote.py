@@ -11,7 +11,12 @@ What a server sends decides what the editor can draw:
   draft; each draft becomes a frame of span text (no slot states).
 - any OpenAI-compatible completions server (SGLang, vLLM, llama.cpp): the final text only;
   ModelInfo.drafts is False and the editor says so.
-A server that takes one span per request gets one request per span, all at once.
+- `chat` (chosen in [backend] backend_protocol): the span goes to /v1/chat/completions as the
+  turn sharpen writes for a block-diffusion model's chat form (core/instruct.user_message: the
+  task or instruction, the text with the span marked), for instruct models served where a
+  completion takes no suffix (vLLM refuses one). The final text only; instructions work.
+A server that takes one span per request gets one request per span, all at once, with the text
+around the span cut to whole lines within about the context budget (Editing.context_tokens).
 
 Standard library only (http.client): the editor and headless runs need no web stack. The key
 comes from an environment variable ([backend] backend_key_env), never from a command line.
@@ -36,6 +41,9 @@ from ..core.request import EditRequest
 
 _END = object()
 NO_LIMIT = 1 << 20  # a remote model's canvas length is its own business
+# Characters of context per token of the budget sent to a server whose tokenizer is not ours: code
+# runs about 3-4 characters a token in the released BPE vocabularies, so 4 errs on the side of context.
+CHARS_PER_TOKEN = 4
 
 
 class RemoteBackend:
@@ -77,8 +85,10 @@ class RemoteBackend:
             self.info = ModelInfo(name, str(meta.get("family", "sharpen")), f"{meta.get('device', '?')} on {where}", str(meta.get("noise", "mask")),
                                   "(the server's)" if meta.get("chat") else None, max_len, True,
                                   instruct=bool(meta.get("instruct", meta.get("chat"))))  # a server from before "instruct": chat meant it
+        elif protocol == "chat":  # an instruct model behind a chat endpoint: it takes instructions, sends no drafts
+            self.info = ModelInfo(name, protocol, where, "mask", "(the server's)", NO_LIMIT, False, instruct=True)
         else:
-            self.info = ModelInfo(name, protocol, where, "mask", None, NO_LIMIT, protocol != "openai")
+            self.info = ModelInfo(name, protocol, where, "mask", None, NO_LIMIT, protocol == "mercury")
         return self.info
 
     def describe(self):
@@ -91,8 +101,8 @@ class RemoteBackend:
             self.load()
         if self.protocol == "sharpen":
             return self._run_sharpen(request, should_stop, every)
-        if any(s.instruction for s in request.spans):
-            raise UsageError(f"instructions need a sharpen server; {self.url} speaks {self.protocol}")
+        if self.protocol != "chat" and any(s.instruction for s in request.spans):
+            raise UsageError(f"instructions need a sharpen server or backend_protocol = \"chat\"; {self.url} speaks {self.protocol}")
         return self._run_per_span(request, should_stop, every)
 
     # -- sharpen serve: the run's own events --------------------------------------------------
@@ -127,8 +137,11 @@ class RemoteBackend:
         from ..core.run import Done, Progress, SpanDraft
 
         diffusing = self.protocol == "mercury"
-        path = "/v1/fim/completions" if diffusing else "/v1/completions"
-        exchanges = [_Exchange(self, "POST", path, self._fim_body(request, span, diffusing), stream=diffusing) for span in request.spans]
+        if self.protocol == "chat":
+            path, body = "/v1/chat/completions", self._chat_body
+        else:
+            path, body = ("/v1/fim/completions" if diffusing else "/v1/completions"), lambda r, s: self._fim_body(r, s, diffusing)
+        exchanges = [_Exchange(self, "POST", path, body(request, span), stream=diffusing) for span in request.spans]
         drafts = [""] * len(request.spans)
         answered = [False] * len(request.spans)  # a text (string) came for the span: "" is an answer, 5 or none is not
         finals: list[str | None] = [None] * len(request.spans)
@@ -163,8 +176,11 @@ class RemoteBackend:
                 continue
             choice = _first_choice(item, self.url)
             text = choice.get("text")
-            if text is None and isinstance(choice.get("delta"), dict):
-                text = choice["delta"].get("content")
+            for part in ("delta", "message"):  # a chat stream's delta, a chat answer's message
+                if text is None and isinstance(choice.get(part), dict):
+                    text = choice[part].get("content")
+            if isinstance(text, str) and self.protocol == "chat":
+                text = unfenced(text, request.text[request.spans[i].start:request.spans[i].end])
             if isinstance(text, str):
                 drafts[i], answered[i] = text, True  # a diffusing chunk is the whole draft; a plain answer the whole text
             if choice.get("finish_reason") is not None or not diffusing:
@@ -194,19 +210,26 @@ class RemoteBackend:
         yield Done(result, last, self.info.name, "mask", ())
 
     def _fim_body(self, request: EditRequest, span, diffusing: bool) -> dict:
-        text = request.text
-        if span.max_tokens is not None:
-            budget = span.max_tokens
-        elif span.start == span.end:
-            budget = request.editing.infill_tokens
-        else:  # a rewrite through a FIM server regenerates the selection: room to grow past its length
-            budget = max(8, math.ceil(1.5 * (span.end - span.start) / 3) + 4)
-        body = {"model": self.info.name, "prompt": text[:span.start], "suffix": text[span.end:], "max_tokens": budget,
+        before, after = around(request, span)
+        body = {"model": self.info.name, "prompt": before, "suffix": after, "max_tokens": _budget(request, span),
                 "temperature": request.sampling.temperature}
         if request.sampling.top_p is not None:
             body["top_p"] = request.sampling.top_p
         if diffusing:  # the counts a plain answer's usage carries, in a last chunk of their own (OpenAI's option)
             body.update(stream=True, diffusing=True, stream_options={"include_usage": True})
+        return body
+
+    def _chat_body(self, request: EditRequest, span) -> dict:
+        from ..core.instruct import user_message
+        from ..core.prompted import INFILL_TASK, REWRITE_TASK
+
+        before, after = around(request, span)
+        task = span.instruction or (REWRITE_TASK if span.mode == "rewrite" else INFILL_TASK)
+        message = user_message(task, before, request.text[span.start:span.end], after)
+        body = {"model": self.info.name, "messages": [{"role": "user", "content": message}], "max_tokens": _budget(request, span),
+                "temperature": request.sampling.temperature}
+        if request.sampling.top_p is not None:
+            body["top_p"] = request.sampling.top_p
         return body
 
     # -- HTTP ----------------------------------------------------------------------------------
@@ -241,7 +264,10 @@ class RemoteBackend:
             wait = headers.get("Retry-After")
             return ModelError(f"{where} is busy ({status}: {message}){f'; try again in {wait} s' if wait else ''}")
         if status in (400, 413, 422):
-            return UsageError(f"{where} refused the request ({status}: {message})")
+            hint = ""
+            if self.protocol == "openai" and "suffix" in message.lower():  # vLLM: "suffix is not currently supported"
+                hint = '; this server takes no suffix: set [backend] backend_protocol = "chat" to send infills as a chat'
+            return UsageError(f"{where} refused the request ({status}: {message}){hint}")
         return ModelError(f"{where} failed ({status}: {message})")
 
 
@@ -340,6 +366,46 @@ def _message(body: bytes) -> str:
     if isinstance(error, str):
         return error[:300]
     return str(data.get("detail") or data.get("message") or "")[:300] if isinstance(data, dict) else ""
+
+
+def _budget(request: EditRequest, span) -> int:
+    """Tokens to ask a one-span server for."""
+    if span.max_tokens is not None:
+        return span.max_tokens
+    if span.start == span.end:
+        return request.editing.infill_tokens
+    return max(8, math.ceil(1.5 * (span.end - span.start) / 3) + 4)  # a rewrite regenerates the selection: room to grow
+
+
+def around(request: EditRequest, span) -> tuple[str, str]:
+    """The text before and after `span` that goes to a one-span server: about the context budget
+    (half each side) in whole lines, or the nearest characters when one line is longer; so a large
+    file is not sent whole with every keystroke's completion."""
+    room = request.editing.context_tokens * CHARS_PER_TOKEN // 2
+    text = request.text
+    before, after = text[:span.start], text[span.end:]
+    if len(before) > room:
+        cut = before.find("\n", len(before) - room)
+        before = before[cut + 1:] if cut != -1 else before[len(before) - room:]
+    if len(after) > room:
+        cut = after.rfind("\n", 0, room)
+        after = after[:cut + 1] if cut != -1 else after[:room]
+    return before, after
+
+
+def unfenced(answer: str, region: str) -> str:
+    """A chat answer wrapped whole in one Markdown code fence, without it: instruct models fence
+    code though asked for the text alone. Kept as is when the region itself holds a fence."""
+    stripped = answer.strip("\n")
+    if "```" in region or len(stripped) < 6 or not stripped.startswith("```") or not stripped.endswith("```"):
+        return answer
+    body = stripped[3:-3]
+    newline = body.find("\n")  # the opening fence's line ends; its info string (python) goes with it
+    if newline == -1 or "```" in body:
+        return answer
+    code = body[newline + 1:]
+    code = code[:-1] if code.endswith("\n") else code  # the line break before the closing fence is the fence's
+    return code + "\n" if region.endswith("\n") and code and not code.endswith("\n") else code
 
 
 def _first_choice(item, url: str) -> dict:

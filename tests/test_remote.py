@@ -2,6 +2,7 @@
 line naming the server (exit 4 headless), never an internal error, and never a silent edit."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -37,7 +38,8 @@ class Scripted(BaseHTTPRequestHandler):
         self._answer()
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.server.bodies.setdefault(self.path, []).append(json.loads(body))
         self._answer()
 
     def log_message(self, *args) -> None:
@@ -49,6 +51,7 @@ def server():
     """A local server whose answers a test sets: server.answers[path] = (status, type, body)."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
     httpd.answers = {"/v1/models": (200, "application/json", MODELS)}
+    httpd.bodies = {}  # path -> the JSON bodies posted to it, in order
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield httpd
@@ -156,3 +159,69 @@ def test_a_diffusing_streams_usage_chunk_gives_the_counts_and_is_no_error(server
     done = run(server, "mercury")[-1]
     assert done.result.text == "def f(x):\n    return x * 2\n"
     assert (done.result.spans[0].tokens, done.result.prompt_tokens) == (3, 9)
+
+
+def chat_answer(content: str) -> bytes:
+    return json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 40, "completion_tokens": 4, "total_tokens": 44}}).encode()
+
+
+def test_the_chat_protocol_sends_sharpens_marked_turn_and_takes_instructions(server):
+    """backend_protocol = "chat": an instruct model behind /v1/chat/completions (vLLM, which takes
+    no suffix) gets the turn sharpen writes for a block-diffusion model's chat form; a fenced
+    answer is the code inside the fence; instructions reach it."""
+    from sharpen.core.instruct import CLOSE, OPEN
+
+    server.answers["/v1/chat/completions"] = (200, "application/json", chat_answer("```python\nx * 2\n```"))
+    backend = RemoteBackend(url(server), protocol="chat")
+    info = backend.load()
+    assert info.instruct and not info.drafts
+    request = EditRequest(TEXT, (Span(21, 22, "rewrite", instruction="double it"),))
+    done = list(backend.run(request))[-1]
+    assert done.result.text == "def f(x):\n    return x * 2\n" and done.result.prompt_tokens == 40
+    sent = server.bodies["/v1/chat/completions"][-1]
+    turn = sent["messages"][0]["content"]
+    assert sent["messages"][0]["role"] == "user" and turn.startswith("double it\n")
+    assert turn.endswith(f"def f(x):\n    return {OPEN}x{CLOSE}\n")
+    plain = list(backend.run(EditRequest(TEXT, (Span(21, 22, "rewrite"),))))[-1]
+    assert plain.result.text == "def f(x):\n    return x * 2\n"
+    assert server.bodies["/v1/chat/completions"][-1]["messages"][0]["content"].startswith("Rewrite the marked part")
+
+
+@pytest.mark.parametrize("answer, region, text", [
+    ("```python\nx * 2\n```", "x", "x * 2"),
+    ("```\n    return y\n```\n", "    return x\n", "    return y\n"),  # a whole line keeps its line break
+    ("x * 2", "x", "x * 2"),  # no fence
+    ("```python\na\n```\nand then\n```python\nb\n```", "x", "```python\na\n```\nand then\n```python\nb\n```"),  # two blocks: as is
+    ("```\ncode\n```", "```\nold\n```", "```\ncode\n```"),  # the region is itself fenced (Markdown): as is
+])
+def test_a_chat_answer_wrapped_in_one_fence_is_its_code(answer, region, text):
+    from sharpen.app.remote import unfenced
+
+    assert unfenced(answer, region) == text
+
+
+def test_a_server_refusing_the_suffix_says_to_use_the_chat_protocol(server):
+    server.answers["/v1/completions"] = (400, "application/json", b'{"object": "error", "message": "suffix is not currently supported", "code": 400}')
+    with pytest.raises(UsageError) as refused:
+        run(server)
+    assert str(refused.value).endswith('(400: suffix is not currently supported); this server takes no suffix: '
+                                       'set [backend] backend_protocol = "chat" to send infills as a chat')
+
+
+def test_a_one_span_server_gets_whole_lines_within_the_context_budget(server):
+    """A large file is not sent whole with every request: about context_tokens x 4 characters,
+    half each side, cut at line starts and ends."""
+    from sharpen.core.settings import Editing
+
+    server.answers["/v1/completions"] = (200, "application/json", completion("0"))
+    lines = [f"value_{n} = {n}\n" for n in range(20_000)]
+    text = "".join(lines)
+    at = text.index("value_10000 = ") + len("value_10000 = ")
+    request = EditRequest(text, (Span(at, at + len("10000")),), editing=Editing(context_tokens=256))
+    done = list(RemoteBackend(url(server), protocol="openai").run(request))[-1]
+    assert done.result.text == text.replace("value_10000 = 10000", "value_10000 = 0")
+    sent = server.bodies["/v1/completions"][-1]
+    assert 0 < len(sent["prompt"]) <= 512 and 0 < len(sent["suffix"]) <= 512
+    assert sent["prompt"].startswith("value_") and text[:at].endswith(sent["prompt"])
+    assert sent["suffix"].endswith("\n") and text[at + 5:].startswith(sent["suffix"])
