@@ -205,7 +205,8 @@ class RemoteBackend:
 
         new_text = ChangeSet.of((s.start, s.end, f) for s, f in zip(request.spans, finals)).apply(request.text)
         seconds = time.perf_counter() - started
-        result = EditResult(new_text, spans, step, seconds, (new_text,), prompt_tokens=sum(prompts))
+        cut = any(sum(map(len, around(request, s))) < len(request.text) - (s.end - s.start) for s in request.spans)
+        result = EditResult(new_text, spans, step, seconds, (new_text,), prompt_tokens=sum(prompts), context_cut=cut)
         last = Progress(step, step, seconds, tuple(SpanDraft(f, ()) for f in finals))
         yield Done(result, last, self.info.name, "mask", ())
 

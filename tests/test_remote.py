@@ -225,3 +225,6 @@ def test_a_one_span_server_gets_whole_lines_within_the_context_budget(server):
     assert 0 < len(sent["prompt"]) <= 512 and 0 < len(sent["suffix"]) <= 512
     assert sent["prompt"].startswith("value_") and text[:at].endswith(sent["prompt"])
     assert sent["suffix"].endswith("\n") and text[at + 5:].startswith(sent["suffix"])
+    assert done.result.context_cut  # what was left out is said (headless --json context_cut)
+    small = list(RemoteBackend(url(server), protocol="openai").run(EditRequest(TEXT, (Span(21, 22),))))[-1]
+    assert not small.result.context_cut
