@@ -44,6 +44,11 @@ NO_LIMIT = 1 << 20  # a remote model's canvas length is its own business
 # Characters of context per token of the budget sent to a server whose tokenizer is not ours: code
 # runs about 3-4 characters a token in the released BPE vocabularies, so 4 errs on the side of context.
 CHARS_PER_TOKEN = 4
+# Servers that name themselves in /v1/models' owned_by (their ModelCard defaults) and whose
+# completions take no suffix (vLLM refuses one; SGLang drops it without a completion template):
+# the diffusion models they serve (LLaDA2.x, SDAR, DiffusionGemma) are instruct models, so auto
+# talks to them as a chat. backend_protocol = "openai" still sends completions with a suffix.
+CHAT_SERVERS = ("vllm", "sglang")
 
 
 class RemoteBackend:
@@ -76,7 +81,8 @@ class RemoteBackend:
         meta = first.get("meta") if isinstance(first.get("meta"), dict) else None
         protocol = self.protocol
         if protocol == "auto":
-            protocol = "sharpen" if meta is not None and "noise" in meta else "mercury" if name.lower().startswith("mercury") else "openai"
+            protocol = ("sharpen" if meta is not None and "noise" in meta else "mercury" if name.lower().startswith("mercury")
+                        else "chat" if first.get("owned_by") in CHAT_SERVERS else "openai")
         self.protocol = protocol
         where = f"{self.host}:{self.port}" if self.port else self.host
         if protocol == "sharpen" and meta is not None:

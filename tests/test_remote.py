@@ -228,3 +228,14 @@ def test_a_one_span_server_gets_whole_lines_within_the_context_budget(server):
     assert done.result.context_cut  # what was left out is said (headless --json context_cut)
     small = list(RemoteBackend(url(server), protocol="openai").run(EditRequest(TEXT, (Span(21, 22),))))[-1]
     assert not small.result.context_cut
+
+
+@pytest.mark.parametrize("owned_by, protocol", [("vllm", "chat"), ("sglang", "chat"), ("llamacpp", "openai"), ("openai", "openai")])
+def test_auto_talks_to_vllm_and_sglang_as_a_chat(server, owned_by, protocol):
+    """Their /v1/models names them (ModelCard's owned_by default: vLLM "vllm", SGLang "sglang");
+    their completions take no suffix, and the diffusion models they serve are instruct models."""
+    listing = {"object": "list", "data": [{"id": "inclusionAI/LLaDA2.0-mini", "object": "model", "owned_by": owned_by, "max_model_len": 8192}]}
+    server.answers["/v1/models"] = (200, "application/json", json.dumps(listing).encode())
+    backend = RemoteBackend(url(server))
+    info = backend.load()
+    assert backend.protocol == protocol and info.instruct == (protocol == "chat")
