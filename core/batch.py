@@ -61,7 +61,7 @@ RECENT_PASSES = 4096  # passes whose run counts StepBatcher keeps (tests read th
 def batchable(denoiser) -> bool:
     """Whether runs on `denoiser` can share passes: sharpen's own backbone run eagerly (a compiled
     step has its own bucketed shapes), dense (experts route per batch), on one device, masked loop."""
-    if type(denoiser) is not Denoiser or getattr(denoiser, "_step", None) is not None:
+    if type(denoiser) is not Denoiser or denoiser.compiled:
         return False
     model = denoiser.model
     return (isinstance(model, Transformer) and model.cfg.moe is None and model.layer_devices is None

@@ -175,6 +175,11 @@ class Denoiser:
     def max_len(self) -> int:
         return self.model.cfg.max_seq_len
 
+    @property
+    def compiled(self) -> bool:
+        """Its passes run through torch.compile (compile()): bucketed shapes, which runs cannot pack."""
+        return self._step is not None
+
     supports_cache = True  # the native backbone can run chunks against a KV cache
 
     @cached_property

@@ -96,9 +96,21 @@ def serve(argv: list[str]) -> int:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     sys.stderr.write(f"sharpen serve: {info.name} on {info.device}, listening on http://{shown}:{port}"
-                     f"{' (key required)' if key else ''}\n")
+                     f"{' (key required)' if key else ''}\nsharpen serve: {sharing(backend.runner, limits.batch)}\n")
     sys.stderr.flush()
     return run_uvicorn(build_app(server), sock, args.log_level)
+
+
+def sharing(runner, batch: int) -> str:
+    """How concurrent requests share the model, for the startup line: a server's users should know
+    whether their runs pack into one pass or queue (core.batch.batchable says which models pack)."""
+    if runner.batcher is not None:
+        return f"up to {batch} runs share each forward pass"
+    if batch == 1:
+        return "one run at a time (--max-batch 1)"
+    if getattr(runner.denoiser, "compiled", False):  # CUDA graphs have their own shapes
+        return f"one run at a time: a compiled step does not pack (--compile off lets up to {batch} runs share each pass)"
+    return "one run at a time: this model's runs do not pack (core.batch.batchable)"
 
 
 def bind(host: str, port: int) -> socket.socket:
