@@ -107,8 +107,8 @@ def build_canvas(text: str, spans: list[Span], tokenizer: Tokenizer, mask_id: in
     """Lay out prefix | slots | gap | slots | ... | suffix within `max_len` tokens.
 
     `spans` must already be validated and sorted. `context_tokens` is the budget for all
-    fixed text together: half before the first span, half after the last, and gaps between
-    spans take theirs from the same budget.
+    fixed text together: half before the first span, half after the last (a side with less
+    text leaves its rest to the other), and gaps between spans take theirs from the same budget.
     """
     drafts: list[list[int]] = []
     for span in spans:
@@ -125,9 +125,16 @@ def build_canvas(text: str, spans: list[Span], tokenizer: Tokenizer, mask_id: in
     gap_budget = budget // (2 + n_gaps) if n_gaps else 0
     edge_budget = (budget - gap_budget * n_gaps) // 2
 
-    prefix, before = _lines_tail(text[: spans[0].start], edge_budget, tokenizer)
-    suffix, after = _lines_head(text[spans[-1].end:], edge_budget, tokenizer)
-    cut = before < spans[0].start or after < len(text) - spans[-1].end
+    head, tail = text[: spans[0].start], text[spans[-1].end:]
+    prefix, before = _lines_tail(head, edge_budget, tokenizer)
+    suffix, after = _lines_head(tail, edge_budget, tokenizer)
+    # A side that needs less than its half leaves the rest to the other: an infill at the end of
+    # a file (or a chat, all prefix) reads twice the text before it instead of an empty half.
+    if before < len(head) and after == len(tail):
+        prefix, before = _lines_tail(head, 2 * edge_budget - len(suffix), tokenizer)
+    elif after < len(tail) and before == len(head):
+        suffix, after = _lines_head(tail, 2 * edge_budget - len(prefix), tokenizer)
+    cut = before < len(head) or after < len(tail)
     ids: list[int] = list(prefix)
     slots: list[range] = []
     for i, (span, draft) in enumerate(zip(spans, drafts)):

@@ -136,6 +136,20 @@ def clip_lines(text: str, budget: int, tokenizer: Tokenizer, keep_end: bool) -> 
     return "".join(reversed(kept) if keep_end else kept)
 
 
+def clip_around(text: str, span: Span, budget: int, tokenizer: Tokenizer) -> tuple[str, str]:
+    """The text before and after `span` within `budget` tokens in whole lines: half each, and a
+    side that needs less than its half leaves the rest to the other (an edit at the end of a file
+    reads the whole budget before it)."""
+    head, tail = text[: span.start], text[span.end:]
+    before = clip_lines(head, budget // 2, tokenizer, keep_end=True)
+    after = clip_lines(tail, budget - budget // 2, tokenizer, keep_end=False)
+    if len(before) < len(head) and len(after) == len(tail):
+        before = clip_lines(head, budget - len(tokenizer.encode(after)), tokenizer, keep_end=True)
+    elif len(after) < len(tail) and len(before) == len(head):
+        after = clip_lines(tail, budget - len(tokenizer.encode(before)), tokenizer, keep_end=False)
+    return before, after
+
+
 def build_instruct_canvas(
     text: str, spans: list[Span], tokenizer: Tokenizer, spec: ModelSpec, context_tokens: int, max_len: int
 ) -> Canvas:
@@ -149,8 +163,7 @@ def build_instruct_canvas(
     slots = infill_slots(span, len(encode_selection(region, span, tokenizer, max_len)))
     budget = context_tokens
     while True:
-        before = clip_lines(text[: span.start], budget // 2, tokenizer, keep_end=True)
-        after = clip_lines(text[span.end:], budget - budget // 2, tokenizer, keep_end=False)
+        before, after = clip_around(text, span, budget, tokenizer)
         message = user_message(span.instruction or "", before, region, after)
         prompt = tokenizer.encode(render_chat(spec.chat_template, [{"role": "user", "content": message}]))
         if len(prompt) + slots <= max_len:

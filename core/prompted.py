@@ -26,7 +26,7 @@ import torch
 from .canvas import Canvas, encode_selection, infill_slots
 from .denoiser import ModelSpec
 from .errors import SpanError, UsageError
-from .instruct import clip_lines, render_chat, user_message
+from .instruct import clip_around, render_chat, user_message
 from .spans import Span
 from .tokenizer import Tokenizer
 
@@ -43,8 +43,7 @@ def prompt_form(spec: ModelSpec, requested: str) -> str:
 
 def _prompt(form: str, text: str, span: Span, tokenizer: Tokenizer, spec: ModelSpec, budget: int) -> tuple[list[int], int, int]:
     """(prompt ids, characters of context before, after) within `budget` context tokens."""
-    before = clip_lines(text[: span.start], budget // 2, tokenizer, keep_end=True)
-    after = clip_lines(text[span.end:], budget - budget // 2, tokenizer, keep_end=False)
+    before, after = clip_around(text, span, budget, tokenizer)
     if form == "fim":
         ids = [tokenizer.token_id(t) for t in FIM_TOKENS]
         if None in ids:

@@ -122,3 +122,34 @@ def test_bad_spans_are_rejected_with_the_span_named(spans, message):
 
 def test_touching_spans_are_allowed():
     assert len(validate_spans("0123456789", [Span(0, 5), Span(5, 8)])) == 2
+
+
+@pytest.mark.parametrize("where", ["end", "start"])
+def test_a_side_with_little_text_leaves_its_share_to_the_other(tiny_denoiser, where):
+    """An infill at the end of a long file (or a chat, all prefix) reads the whole budget of text
+    before it, not half; at the start, the text after it gets the budget."""
+    tok, mask = tiny_denoiser.tokenizer, tiny_denoiser.spec.mask_id
+    body = "".join(f"line_{n} = {n} * 2\n" for n in range(3000))
+    at = len(body) if where == "end" else 0
+    canvas = build_canvas(body, [Span(at, at)], tok, mask, context_tokens=200, max_len=512)
+    context = len(canvas.ids) - len(canvas.slots[0])
+    assert 180 <= context <= 200 and canvas.cut  # all of the budget but the line that did not fit (half was 100)
+    both = build_canvas(body, [Span(len(body) // 2, len(body) // 2)], tok, mask, context_tokens=200, max_len=512)
+    before, after = both.slots[0].start, len(both.ids) - both.slots[0].stop
+    assert before <= 100 and after <= 100 and before + after >= 180  # text on both sides: half each
+
+
+def test_a_prompted_edits_context_gives_a_short_sides_share_to_the_other(tiny_denoiser):
+    """The same rule for the text a chat or fill-in-the-middle prompt carries (block-diffusion
+    models, instructions): core.instruct.clip_around."""
+    from sharpen.core.instruct import clip_around
+
+    tok = tiny_denoiser.tokenizer
+    body = "".join(f"line_{n} = {n} * 2\n" for n in range(3000))
+    before, after = clip_around(body, Span(len(body), len(body)), 200, tok)
+    assert after == "" and body.endswith(before) and 180 <= len(tok.encode(before)) <= 200
+    before, after = clip_around(body, Span(0, 0), 200, tok)
+    assert before == "" and body.startswith(after) and 180 <= len(tok.encode(after)) <= 200
+    middle = body.index("line_1500 ")
+    before, after = clip_around(body, Span(middle, middle), 200, tok)
+    assert len(tok.encode(before)) <= 100 and len(tok.encode(after)) <= 100
