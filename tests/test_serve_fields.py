@@ -257,3 +257,22 @@ def test_the_startup_line_says_whether_concurrent_runs_share_passes(denoiser):
     other = SimpleNamespace(batcher=None, denoiser=SimpleNamespace(compiled=False))
     assert sharing(other, 8) == "one run at a time: this model's runs do not pack (core.batch.batchable)"
     assert not denoiser.compiled
+
+
+async def test_a_chat_longer_than_the_canvas_loses_its_oldest_turns_not_its_start(denoiser):
+    """The rendered chat used to be cut at a line like any text: the canvas started inside an old
+    turn, the system message gone. Now the oldest turns go (system and last stay) until it fits."""
+    backend = LocalBackend.of(denoiser)
+    server = Server(backend, backend.describe(), Limits())
+    messages = [{"role": "system", "content": "You write Python."}]
+    messages += [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message number {i} " * 8} for i in range(21)]
+    prompt = server.chat_prompt(messages, 16)
+    tokens = len(denoiser.tokenizer.encode(prompt))
+    assert prompt.startswith("# system: You write Python.\n") and prompt.endswith("# user: " + ("message number 20 " * 8).strip() + "\n# assistant:\n")
+    assert tokens <= denoiser.max_len - 16 and "message number 0 " not in prompt
+    kept = prompt.count("# user:") + prompt.count("# assistant:") - 1
+    longer = [messages[0]] + messages[len(messages) - kept - 1:]  # one turn more than kept: too long
+    assert len(denoiser.tokenizer.encode(backend.runner.chat_text(longer))) > denoiser.max_len - 16
+    http = _http(backend)
+    answer = (await http.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 16, "seed": 3})).json()
+    assert answer["usage"]["prompt_tokens"] == tokens  # the trimmed chat, whole: nothing cut from its start

@@ -58,10 +58,32 @@ class Server:
         """Slots one span may get: the limit, and half the model's canvas (room left for context)."""
         return max(1, min(self.limits.tokens, self.info.max_len // 2))
 
-    def chat_prompt(self, messages: list[dict]) -> str:
-        """The conversation rendered by the model's own chat template (400 when it has none)."""
+    def chat_prompt(self, messages: list[dict], slots: int) -> str:
+        """The conversation rendered by the model's own chat template (400 when it has none). One
+        too long for the canvas beside `slots` loses its oldest turns (system messages and the
+        last turn stay), as chat clients trim a history: cutting the rendered text instead would
+        start the canvas inside a turn, its template's markers gone."""
+        runner = self.backend.runner
+        tokenizer = runner.denoiser.tokenizer
+        room = max(0, min(self.editing.context_tokens, self.info.max_len - slots))
+
+        def fits(text: str) -> bool:  # the cheap bound first: a long history is never encoded whole
+            return tokenizer.fewest_tokens(text) <= room and len(tokenizer.encode(text)) <= room
+
+        droppable = [i for i, m in enumerate(messages[:-1]) if m["role"] != "system"]  # oldest first
+
+        def without(k: int) -> list[dict]:  # the history less its k oldest droppable turns
+            gone = set(droppable[:k])
+            return [m for i, m in enumerate(messages) if i not in gone]
+
         try:
-            return self.backend.runner.chat_text(messages)
+            if fits(prompt := runner.chat_text(messages)) or not droppable:
+                return prompt
+            low, high = 1, len(droppable)  # the fewest turns to drop: a binary search, a render or two per halving
+            while low < high:
+                middle = (low + high) // 2
+                low, high = (low, middle) if fits(runner.chat_text(without(middle))) else (middle + 1, high)
+            return runner.chat_text(without(low))  # if even that is too long, the canvas keeps its end
         except SharpenError as exc:
             raise HTTPError(400 if isinstance(exc, UsageError) else 500, str(exc)) from None
 
