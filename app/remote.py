@@ -386,17 +386,20 @@ def _budget(request: EditRequest, span) -> int:
 
 def around(request: EditRequest, span) -> tuple[str, str]:
     """The text before and after `span` that goes to a one-span server: about the context budget
-    (half each side) in whole lines, or the nearest characters when one line is longer; so a large
-    file is not sent whole with every keystroke's completion."""
-    room = request.editing.context_tokens * CHARS_PER_TOKEN // 2
+    (half each side, a short side's rest to the other) in whole lines, or the nearest characters
+    when one line is longer; so a large file is not sent whole with every keystroke's completion."""
+    budget = request.editing.context_tokens * CHARS_PER_TOKEN
     text = request.text
     before, after = text[:span.start], text[span.end:]
-    if len(before) > room:
-        cut = before.find("\n", len(before) - room)
-        before = before[cut + 1:] if cut != -1 else before[len(before) - room:]
-    if len(after) > room:
-        cut = after.rfind("\n", 0, room)
-        after = after[:cut + 1] if cut != -1 else after[:room]
+    # Half each side, and a side with less than its half leaves the rest to the other (as build_canvas).
+    before_room = max(budget // 2, budget - len(after))
+    after_room = max(budget - budget // 2, budget - len(before))
+    if len(before) > before_room:
+        cut = before.find("\n", len(before) - before_room)
+        before = before[cut + 1:] if cut != -1 else before[len(before) - before_room:]
+    if len(after) > after_room:
+        cut = after.rfind("\n", 0, after_room)
+        after = after[:cut + 1] if cut != -1 else after[:after_room]
     return before, after
 
 

@@ -226,6 +226,11 @@ def test_a_one_span_server_gets_whole_lines_within_the_context_budget(server):
     assert sent["prompt"].startswith("value_") and text[:at].endswith(sent["prompt"])
     assert sent["suffix"].endswith("\n") and text[at + 5:].startswith(sent["suffix"])
     assert done.result.context_cut  # what was left out is said (headless --json context_cut)
+    at_end = list(RemoteBackend(url(server), protocol="openai").run(
+        EditRequest(text, (Span(len(text), len(text)),), editing=Editing(context_tokens=256))))[-1]
+    sent = server.bodies["/v1/completions"][-1]
+    assert sent["suffix"] == "" and 1000 < len(sent["prompt"]) <= 1024 and text.endswith(sent["prompt"])  # the whole budget before it
+    assert at_end.result.context_cut
     small = list(RemoteBackend(url(server), protocol="openai").run(EditRequest(TEXT, (Span(21, 22),))))[-1]
     assert not small.result.context_cut
 
