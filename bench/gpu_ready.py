@@ -15,6 +15,8 @@ Rows (docs/speed.md, "The first GPU session", says what each must show):
   GPU's launch queue).
 - graph breaks, compiled graphs and distinct step shapes over ten edits of different lengths
   (a CUDA graph is recorded per distinct shape: bucketing keeps that a handful).
+- packed pass vs each pass alone: four runs' passes packed as `sharpen serve` packs concurrent
+  clients' (core/batch.py), their logits against each pass run alone.
 - the roofline estimate at LLaDA-8B and Qwen2-0.5B shapes for an H100 (3.35 TB/s) and an RTX
   4090 (1.0 TB/s): a cached step's bytes over the bandwidth against its launches times the host's
   cost per launch (5-8 us eager); with CUDA graphs the model's launches are one replay.
@@ -266,6 +268,32 @@ def cuda_sync_rows() -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def packed_rows(device: str) -> list[tuple[str, str, str, str]]:
+    """Four runs' whole-canvas passes packed into one (core/batch.py, what `sharpen serve` runs for
+    concurrent clients) against each pass alone: bit for bit on a CPU (tests/test_batching.py);
+    a GPU's matmul kernels are chosen by shape, so there the difference is measured, not assumed."""
+    from sharpen.core.batch import Pass, packed_scores
+    from sharpen.core.loading import load_denoiser
+
+    denoiser = load_denoiser(device=device)
+    model = denoiser.model
+    generator = torch.Generator().manual_seed(0)
+    passes = []
+    for length in (37, 64, 90, 128):
+        ids = torch.randint(0, model.cfg.vocab_size, (1, length), generator=generator).to(device)
+        positions = torch.arange(length, device=device)
+        passes.append(Pass(ids, positions, None, torch.arange(length - 16, length, device=device)))
+    with torch.inference_mode():
+        alone = [model.scores(p.ids, p.positions, None, p.rows) for p in passes]
+        packed = packed_scores(model, passes)
+    gap = max((a - b).abs().max().item() for a, b in zip(alone, packed))
+    same = sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in zip(alone, packed))
+    rows = sum(a.shape[1] for a in alone)
+    dtype = str(model.embed.weight.dtype).replace("torch.", "")
+    return [("packed pass vs each pass alone (4 runs)", f"{device}, {dtype}", f"max |logit diff| {gap:.3g}; argmax {same}/{rows} rows",
+             "0 and all rows on a CPU; on a GPU, concurrent clients equal alone only to this")]
+
+
 def load_rows(device: str) -> list[tuple[str, str, str, str]]:
     """bench/load_peak.py's rows: a ~180M-parameter Dream-layout checkpoint loaded per precision
     in a fresh process (peak RSS above the RSS before the load; GPU allocator peak on CUDA)."""
@@ -312,6 +340,7 @@ def main(argv=None) -> int:
     loop, sampler = loop_rows(denoiser)
     rows += loop
     rows += graph_rows(embedded())  # a fresh denoiser: compiling replaces its step
+    rows += packed_rows(args.device)
     if args.device == "cuda":
         rows += cuda_sync_rows() + cuda_rows(args)
     else:
