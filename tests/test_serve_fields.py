@@ -276,3 +276,25 @@ async def test_a_chat_longer_than_the_canvas_loses_its_oldest_turns_not_its_star
     http = _http(backend)
     answer = (await http.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 16, "seed": 3})).json()
     assert answer["usage"]["prompt_tokens"] == tokens  # the trimmed chat, whole: nothing cut from its start
+
+
+async def test_llama_cpp_completion_continues_a_prompt_and_fills_a_fim_one_as_infill_does(denoiser):
+    """POST /completion, llama.cpp's own (Continue's llama.cpp provider sends prompt, n_predict,
+    stop, top_k, top_p, min_p, mirostat, frequency/presence penalties, stream): the answer and the
+    stream are /infill's; a prompt formatted for fill-in-the-middle fills its middle."""
+    http = _http(LocalBackend.of(denoiser))
+    continue_body = {"prompt": PREFIX, "n_predict": 12, "stop": ["\n\n"], "top_k": 40, "top_p": 0.9, "min_p": 0.05, "mirostat": 0,
+                     "frequency_penalty": 0.0, "presence_penalty": 0.0, "temperature": 0.0, "seed": 6, "stream": True}
+    events = _events((await http.post("/completion", json=continue_body)).text)
+    last = events[-1]
+    assert last["stop"] is True and all(e["stop"] is False for e in events[:-1])
+    whole = (await http.post("/completion", json={**continue_body, "stream": False})).json()
+    assert "".join(e["content"] for e in events) == whole["content"] and whole["tokens_evaluated"] > 0
+    as_infill = (await http.post("/infill", json={"input_prefix": PREFIX, "n_predict": 12, "stop": ["\n\n"], "top_k": 40, "top_p": 0.9,
+                                                  "temperature": 0.0, "seed": 6})).json()
+    assert whole["content"] == as_infill["content"]
+    fim = (await http.post("/completion", json={"prompt": f"<|fim_prefix|>{PREFIX}<|fim_suffix|>{SUFFIX}<|fim_middle|>", "n_predict": 12, "seed": 6})).json()
+    fim_infill = (await http.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 12, "seed": 6})).json()
+    assert fim["content"] == fim_infill["content"]
+    bad = await http.post("/completion", json={"prompt": [1, 2, 3]})
+    assert bad.status_code == 400 and bad.json()["error"]["message"] == "prompt must be a string (one prompt per request)"

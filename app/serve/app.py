@@ -92,6 +92,7 @@ ROUTES = [
     Route("/models", openai.models, methods=["GET"]),
     Route("/v1/models/{model:path}", openai.model, methods=["GET"]),
     Route("/infill", llama.infill, methods=["POST"]),
+    Route("/completion", llama.completion, methods=["POST"]),
     Route("/v1/completions", openai.completions, methods=["POST"]),
     Route("/completions", openai.completions, methods=["POST"]),
     Route("/v1/fim/completions", openai.fim_completions, methods=["POST"]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -249,3 +250,22 @@ def cut_at_stop(text: str, stops: list[str]) -> tuple[str, str | None]:
             best, word = i, s
     return text[:best], word
 
+
+# Fill-in-the-middle prompt formats a client may send already formatted: (pattern, prefix group, suffix group).
+_FIM_FORMATS = (
+    re.compile(r"^(?P<pre>.*?)<\|fim_prefix\|>(?P<p>.*)<\|fim_suffix\|>(?P<s>.*)<\|fim_middle\|>$", re.S),  # Qwen2.5-Coder, Zed
+    re.compile(r"^(?P<pre>.*?)<fim_prefix>(?P<p>.*)<fim_suffix>(?P<s>.*)<fim_middle>$", re.S),  # StarCoder
+    re.compile(r"^(?P<pre>.*?)<PRE> (?P<p>.*) <SUF>(?P<s>.*) <MID>$", re.S),  # CodeLlama
+    re.compile(r"^(?P<pre>.*?)\[SUFFIX\](?P<s>.*)\[PREFIX\](?P<p>.*)$", re.S),  # Codestral (suffix first)
+)
+_CONTEXT_MARKERS = re.compile(r"<\|(?:repo_name|file_sep|fim_pad|endoftext)\|>")
+
+
+def split_fim(prompt: str) -> tuple[str, str] | None:
+    """(prefix, suffix) of a pre-formatted FIM prompt, or None when it is not one."""
+    for pattern in _FIM_FORMATS:
+        match = pattern.match(prompt)
+        if match:
+            context = _CONTEXT_MARKERS.sub("", match.group("pre"))  # repository context before the file: kept as text
+            return context + match.group("p"), match.group("s")
+    return None

@@ -1,4 +1,4 @@
-"""llama.cpp's POST /infill, as llama.vim and llama.vscode send it.
+"""llama.cpp's POST /infill, as llama.vim and llama.vscode send it, and its POST /completion.
 
 The body (llama.vim's autoload/llama.vim): input_prefix (the lines above the cursor),
 prompt (the cursor's line up to the cursor), input_suffix (the rest), input_extra (chunks
@@ -30,7 +30,8 @@ from contextlib import aclosing
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from .common import SSE_HEADERS, HTTPError, error_body, cut_at_stop, field_of, point_request, read_json, sampling_of, server_of, sse, stop_strings, token_budget
+from .common import (SSE_HEADERS, HTTPError, cut_at_stop, error_body, field_of, point_request, read_json, sampling_of, server_of, split_fim,
+                     sse, stop_strings, token_budget)
 from .bridge import Failed
 from .runs import committed_text, open_stream, run_to_end
 
@@ -44,6 +45,26 @@ async def infill(request: Request):
     suffix = field_of(body, "input_suffix", str, "")
     middle = field_of(body, "prompt", str, "")
     extra = _extra_context(body)
+    return await _fill(request, server, body, extra + prefix + middle, suffix)
+
+
+async def completion(request: Request):
+    """llama.cpp's own POST /completion (Continue's llama.cpp provider, llama.cpp's web UI): a
+    prompt continued, or split back into prefix and suffix when it is formatted for
+    fill-in-the-middle (as /v1/completions splits one); the answer and stream are /infill's."""
+    server = server_of(request)
+    body = await read_json(request)
+    prompt = body.get("prompt", "")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise HTTPError(400, "prompt must be a string (one prompt per request)")
+    before, suffix = split_fim(prompt) or (prompt, "")
+    return await _fill(request, server, body, before, suffix)
+
+
+async def _fill(request: Request, server, body: dict, before: str, suffix: str):
+    """An infill between `before` and `suffix`, answered as llama.cpp answers (see the module's notes)."""
     n_indent = field_of(body, "n_indent", int, 0)
     stops = stop_strings(body)
     fields = _response_fields(body)
@@ -52,7 +73,6 @@ async def infill(request: Request):
     predict_ms = field_of(body, "t_max_predict_ms", (int, float), 0)
     sampling = sampling_of(server, body)
     slot = field_of(body, "id_slot", int, -1)
-    before = extra + prefix + middle
     if n_predict == 0:  # a warm-up: llama.vim primes the server's cache this way; nothing to run
         return JSONResponse(_project(_answer("", server, 0, 0, 0.0, 0.0, False, slot, None), fields))
     edit = point_request(server, before, suffix, n_predict, sampling)

@@ -18,7 +18,6 @@
 """
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from contextlib import aclosing
@@ -26,7 +25,8 @@ from contextlib import aclosing
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from .common import SSE_HEADERS, HTTPError, error_body, cut_at_stop, field_of, point_request, read_json, sampling_of, server_of, sse, stop_strings, token_budget
+from .common import (SSE_HEADERS, HTTPError, cut_at_stop, error_body, field_of, point_request, read_json, sampling_of, server_of, split_fim,
+                     sse, stop_strings, token_budget)
 from .bridge import Failed
 from .runs import committed_text, open_stream, run_to_end
 
@@ -46,26 +46,6 @@ _UNSUPPORTED = {
     "functions": ((None, []), "sharpen calls no functions"),
     "response_format": ((None, {"type": "text"}), "sharpen answers plain text only (response_format type text)"),
 }
-
-# Fill-in-the-middle prompt formats a client may send already formatted: (pattern, prefix group, suffix group).
-_FIM_FORMATS = (
-    re.compile(r"^(?P<pre>.*?)<\|fim_prefix\|>(?P<p>.*)<\|fim_suffix\|>(?P<s>.*)<\|fim_middle\|>$", re.S),  # Qwen2.5-Coder, Zed
-    re.compile(r"^(?P<pre>.*?)<fim_prefix>(?P<p>.*)<fim_suffix>(?P<s>.*)<fim_middle>$", re.S),  # StarCoder
-    re.compile(r"^(?P<pre>.*?)<PRE> (?P<p>.*) <SUF>(?P<s>.*) <MID>$", re.S),  # CodeLlama
-    re.compile(r"^(?P<pre>.*?)\[SUFFIX\](?P<s>.*)\[PREFIX\](?P<p>.*)$", re.S),  # Codestral (suffix first)
-)
-_CONTEXT_MARKERS = re.compile(r"<\|(?:repo_name|file_sep|fim_pad|endoftext)\|>")
-
-
-def split_fim(prompt: str) -> tuple[str, str] | None:
-    """(prefix, suffix) of a pre-formatted FIM prompt, or None when it is not one."""
-    for pattern in _FIM_FORMATS:
-        match = pattern.match(prompt)
-        if match:
-            context = _CONTEXT_MARKERS.sub("", match.group("pre"))  # repository context before the file: kept as text
-            return context + match.group("p"), match.group("s")
-    return None
-
 
 async def completions(request: Request):
     return await _text_completion(request, fim_only=False)
