@@ -107,8 +107,9 @@ def build_canvas(text: str, spans: list[Span], tokenizer: Tokenizer, mask_id: in
     """Lay out prefix | slots | gap | slots | ... | suffix within `max_len` tokens.
 
     `spans` must already be validated and sorted. `context_tokens` is the budget for all
-    fixed text together: half before the first span, half after the last (a side with less
-    text leaves its rest to the other), and gaps between spans take theirs from the same budget.
+    fixed text together: each gap between spans takes at most an equal share, and what the gaps
+    leave goes half before the first span and half after the last (a side with less text leaves
+    its rest to the other).
     """
     drafts: list[list[int]] = []
     for span in spans:
@@ -123,7 +124,9 @@ def build_canvas(text: str, spans: list[Span], tokenizer: Tokenizer, mask_id: in
     budget = max(0, min(context_tokens, max_len - slot_total))
     n_gaps = len(spans) - 1
     gap_budget = budget // (2 + n_gaps) if n_gaps else 0
-    edge_budget = (budget - gap_budget * n_gaps) // 2
+    # Gaps first, each at most its share: what short gaps leave goes to the two edges.
+    gaps = [_gap(text[a.end:b.start], gap_budget, tokenizer) for a, b in zip(spans, spans[1:])]
+    edge_budget = (budget - sum(len(ids) for ids, _ in gaps)) // 2
 
     head, tail = text[: spans[0].start], text[spans[-1].end:]
     prefix, before = _lines_tail(head, edge_budget, tokenizer)
@@ -134,14 +137,12 @@ def build_canvas(text: str, spans: list[Span], tokenizer: Tokenizer, mask_id: in
         prefix, before = _lines_tail(head, 2 * edge_budget - len(suffix), tokenizer)
     elif after < len(tail) and before == len(head):
         suffix, after = _lines_head(tail, 2 * edge_budget - len(prefix), tokenizer)
-    cut = before < len(head) or after < len(tail)
+    cut = before < len(head) or after < len(tail) or any(gap_cut for _, gap_cut in gaps)
     ids: list[int] = list(prefix)
     slots: list[range] = []
     for i, (span, draft) in enumerate(zip(spans, drafts)):
         if i:
-            gap, gap_cut = _gap(text[spans[i - 1].end:span.start], gap_budget, tokenizer)
-            ids += gap
-            cut = cut or gap_cut
+            ids += gaps[i - 1][0]
         slots.append(range(len(ids), len(ids) + len(draft)))
         ids += draft
     ids += suffix

@@ -153,3 +153,19 @@ def test_a_prompted_edits_context_gives_a_short_sides_share_to_the_other(tiny_de
     middle = body.index("line_1500 ")
     before, after = clip_around(body, Span(middle, middle), 200, tok)
     assert len(tok.encode(before)) <= 100 and len(tok.encode(after)) <= 100
+
+
+def test_short_gaps_between_marked_regions_leave_their_share_to_the_edges(tiny_denoiser):
+    """Four marked regions a line apart in a long file: each gap took a fifth of the budget
+    whether it needed it or not, so the text around them got two fifths; now the edges get
+    what the short gaps leave."""
+    tok, mask = tiny_denoiser.tokenizer, tiny_denoiser.spec.mask_id
+    lines = [f"line_{n} = {n} * 2\n" for n in range(3000)]
+    text = "".join(lines)
+    starts = [text.index(f"line_{n} = ") for n in (1500, 1502, 1504, 1506)]
+    spans = [Span(s, s + len("line_1500")) for s in starts]
+    canvas = build_canvas(text, spans, tok, mask, context_tokens=400, max_len=1024)
+    context = len(canvas.ids) - sum(len(r) for r in canvas.slots)
+    assert 370 <= context <= 400 and canvas.cut  # was about 2/5 of 400 around them, plus the gaps
+    before, after = canvas.slots[0].start, len(canvas.ids) - canvas.slots[-1].stop
+    assert abs(before - after) <= 20  # both edges had more text than their half: half each
