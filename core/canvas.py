@@ -129,13 +129,12 @@ def build_canvas(text: str, spans: list[Span], tokenizer: Tokenizer, mask_id: in
     edge_budget = (budget - sum(len(ids) for ids, _ in gaps)) // 2
 
     head, tail = text[: spans[0].start], text[spans[-1].end:]
-    prefix, before = _lines_tail(head, edge_budget, tokenizer)
-    suffix, after = _lines_head(tail, edge_budget, tokenizer)
     # A side that needs less than its half leaves the rest to the other: an infill at the end of
-    # a file (or a chat, all prefix) reads twice the text before it instead of an empty half.
-    if before < len(head) and after == len(tail):
-        prefix, before = _lines_tail(head, 2 * edge_budget - len(suffix), tokenizer)
-    elif after < len(tail) and before == len(head):
+    # a file (or a chat, all prefix) reads twice the text before it instead of an empty half. The
+    # text after goes first, so that common case encodes each side once.
+    suffix, after = _lines_head(tail, edge_budget, tokenizer)
+    prefix, before = _lines_tail(head, 2 * edge_budget - len(suffix) if after == len(tail) else edge_budget, tokenizer)
+    if after < len(tail) and before == len(head):
         suffix, after = _lines_head(tail, 2 * edge_budget - len(prefix), tokenizer)
     cut = before < len(head) or after < len(tail) or any(gap_cut for _, gap_cut in gaps)
     ids: list[int] = list(prefix)

@@ -141,11 +141,10 @@ def clip_around(text: str, span: Span, budget: int, tokenizer: Tokenizer) -> tup
     side that needs less than its half leaves the rest to the other (an edit at the end of a file
     reads the whole budget before it)."""
     head, tail = text[: span.start], text[span.end:]
-    before = clip_lines(head, budget // 2, tokenizer, keep_end=True)
-    after = clip_lines(tail, budget - budget // 2, tokenizer, keep_end=False)
-    if len(before) < len(head) and len(after) == len(tail):
-        before = clip_lines(head, budget - len(tokenizer.encode(after)), tokenizer, keep_end=True)
-    elif len(after) < len(tail) and len(before) == len(head):
+    after = clip_lines(tail, budget - budget // 2, tokenizer, keep_end=False)  # the text after first, as build_canvas
+    whole = len(after) == len(tail)
+    before = clip_lines(head, budget - len(tokenizer.encode(after)) if whole else budget // 2, tokenizer, keep_end=True)
+    if not whole and len(before) == len(head):
         after = clip_lines(tail, budget - len(tokenizer.encode(before)), tokenizer, keep_end=False)
     return before, after
 

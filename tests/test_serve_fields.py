@@ -242,21 +242,23 @@ async def test_the_openai_package_retrieves_the_model_and_an_unknown_one_is_404(
     assert 'sharpen_requests_total{endpoint="/v1/models/{model:path}",status="404"} 1' in metrics
 
 
-def test_the_startup_line_says_whether_concurrent_runs_share_passes(denoiser):
+def test_the_startup_line_says_whether_concurrent_runs_share_passes(denoiser, tmp_path):
     """A server's users should know whether their runs pack or queue: on a GPU the default
     compiled step (CUDA graphs) serves one run at a time, and the line says what packs them."""
-    from types import SimpleNamespace
+    from block_checkpoints import write_sdar
 
     from sharpen.app.serve.main import sharing
+    from sharpen.core.loading import load_denoiser
     from sharpen.core.run import Runner
 
     assert sharing(Runner(denoiser, batch=8), 8) == "up to 8 runs share each forward pass"
     assert sharing(Runner(denoiser, batch=1), 1) == "one run at a time (--max-batch 1)"
-    compiled = SimpleNamespace(batcher=None, denoiser=SimpleNamespace(compiled=True))
-    assert sharing(compiled, 8) == "one run at a time: a compiled step does not pack (--compile off lets up to 8 runs share each pass)"
-    other = SimpleNamespace(batcher=None, denoiser=SimpleNamespace(compiled=False))
-    assert sharing(other, 8) == "one run at a time: this model's runs do not pack (core.batch.batchable)"
-    assert not denoiser.compiled
+    compiled = load_denoiser()
+    compiled.compile("default")  # on a CPU torch.compile runs at the first pass: none runs here
+    assert compiled.compiled and not denoiser.compiled
+    assert sharing(Runner(compiled, batch=8), 8) == "one run at a time: a compiled step does not pack (--compile off lets up to 8 runs share each pass)"
+    block_causal = load_denoiser(write_sdar(tmp_path / "SDAR-tiny"))  # a block-causal loop: its runs do not pack
+    assert sharing(Runner(block_causal, batch=8), 8) == "one run at a time: this model's runs do not pack (core.batch.batchable)"
 
 
 async def test_a_chat_longer_than_the_canvas_loses_its_oldest_turns_not_its_start(denoiser):

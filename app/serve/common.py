@@ -230,6 +230,16 @@ def point_request(server: Server, prefix: str, suffix: str, tokens: int, samplin
         raise HTTPError(400, str(exc)) from None
 
 
+def prompt_of(body: dict) -> str:
+    """The body's `prompt`: a string, or a list of one (OpenAI allows a list; an editor sends one)."""
+    prompt = body.get("prompt", "")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise HTTPError(400, "prompt must be a string (one prompt per request)")
+    return prompt
+
+
 def stop_strings(body: dict) -> list[str]:
     stop = body.get("stop")
     if stop is None:

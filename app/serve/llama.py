@@ -30,7 +30,7 @@ from contextlib import aclosing
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from .common import (SSE_HEADERS, HTTPError, cut_at_stop, error_body, field_of, point_request, read_json, sampling_of, server_of, split_fim,
+from .common import (SSE_HEADERS, HTTPError, cut_at_stop, error_body, field_of, point_request, prompt_of, read_json, sampling_of, server_of, split_fim,
                      sse, stop_strings, token_budget)
 from .bridge import Failed
 from .runs import committed_text, open_stream, run_to_end
@@ -54,11 +54,7 @@ async def completion(request: Request):
     fill-in-the-middle (as /v1/completions splits one); the answer and stream are /infill's."""
     server = server_of(request)
     body = await read_json(request)
-    prompt = body.get("prompt", "")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise HTTPError(400, "prompt must be a string (one prompt per request)")
+    prompt = prompt_of(body)
     before, suffix = split_fim(prompt) or (prompt, "")
     return await _fill(request, server, body, before, suffix)
 

@@ -25,7 +25,7 @@ from contextlib import aclosing
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from .common import (SSE_HEADERS, HTTPError, cut_at_stop, error_body, field_of, point_request, read_json, sampling_of, server_of, split_fim,
+from .common import (SSE_HEADERS, HTTPError, cut_at_stop, error_body, field_of, point_request, prompt_of, read_json, sampling_of, server_of, split_fim,
                      sse, stop_strings, token_budget)
 from .bridge import Failed
 from .runs import committed_text, open_stream, run_to_end
@@ -58,11 +58,7 @@ async def fim_completions(request: Request):
 async def _text_completion(request: Request, fim_only: bool):
     server = server_of(request)
     body = await read_json(request)
-    prompt = body.get("prompt", "")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]  # OpenAI allows a list of prompts; one is what an editor sends
-    if not isinstance(prompt, str):
-        raise HTTPError(400, "prompt must be a string (one prompt per request)")
+    prompt = prompt_of(body)
     suffix = field_of(body, "suffix", str, None)
     _refuse_unsupported(body)
     echo = prompt if field_of(body, "echo", bool, False) else ""
