@@ -127,21 +127,35 @@ def test_load_peak_stays_near_the_loaded_size(dream_60m, dtype, quantize, device
     afterwards peaked at about 2x the weights, 2.3x the float32 weights with int8."""
     from load_peak import float32_bytes, measure
 
-    m = measure(dream_60m, dtype, quantize, device_map)
-    assert m["reset"], "the kernel did not let the high-water mark be reset: the peak would include the imports"
-    if quantize is None:
-        assert m["weights"] == float32_bytes(dream_60m) * (2 if dtype == "bfloat16" else 4) // 4
-        assert m["peak"] <= 1.25 * m["weights"], (m["peak"] / m["weights"], m)
-    else:
+    def breaks(m: dict) -> str | None:
+        """Which bound a measured load breaks, if any."""
+        if quantize is None:
+            return None if m["peak"] <= 1.25 * m["weights"] else f"peak {m['peak'] / m['weights']:.2f}x the weights"
         # At 60M parameters the part of a load that does not grow with the model (the tokenizer,
         # tables, the allocator's arenas: 40-50 MB here) is a third of the int8 weights and swings
         # by 15 MB from run to run, so the bound on the whole peak (0.5x the float32 weights) is
         # held at the 180M shape by bench/load_peak.py (0.33x). Here: what the load keeps is the
         # int8 weights plus that fixed part, and its transient above that is a small share of
         # the weights (a full-precision copy of any large tensor would break it).
+        if m["kept"] - m["weights"] > 64 * 2**20:
+            return f"kept {(m['kept'] - m['weights']) / 2**20:.1f} MiB beside the weights"
+        if m["peak"] - m["kept"] > 0.25 * m["weights"]:
+            return f"transient {(m['peak'] - m['kept']) / m['weights']:.2f}x the weights"
+        return None
+
+    m = measure(dream_60m, dtype, quantize, device_map)
+    assert m["reset"], "the kernel did not let the high-water mark be reset: the peak would include the imports"
+    if quantize is None:
+        assert m["weights"] == float32_bytes(dream_60m) * (2 if dtype == "bfloat16" else 4) // 4
+    else:
         assert m["weights"] < 0.4 * float32_bytes(dream_60m)  # int8 linears, the embedding in float32
-        assert m["kept"] - m["weights"] <= 64 * 2**20, m
-        assert m["peak"] - m["kept"] <= 0.25 * m["weights"], ((m["peak"] - m["kept"]) / m["weights"], m)
+    # The transient is one 8 MiB read chunk (0.10x the int8 weights, in 12 of 12 runs on an idle
+    # machine), but under heavy load from other work the allocator once kept an arena of about
+    # the embedding's size beside it (0.31x). A copy the loader makes is there in every process;
+    # the allocator's is not: a second fresh process decides.
+    if breaks(m) is not None:
+        again = measure(dream_60m, dtype, quantize, device_map)
+        assert breaks(again) is None, (breaks(m), breaks(again), m, again)
 
 
 def test_shards_read_rows_in_chunks_equal_to_the_whole_tensor(tmp_path):
