@@ -64,8 +64,13 @@ class Run:
 
 def finish_note(message: EditFinished, result) -> str:
     """Why a run's counts are what they are: it ended before its planned steps (confident tokens
-    commit together), and slots the model closed with padding were trimmed from the text."""
+    commit together), and slots the model closed with padding were trimmed from the text; and
+    what the model did not see: a file longer than the context budget is read only around the
+    spans, which explains an answer that ignores a definition far away."""
     notes = []
+    if result.context_cut:
+        read = f"{result.prompt_tokens} tokens" if result.prompt_tokens else "only the text"  # a server may not count them
+        notes.append(f"the model read {read} around it, not the whole file (context_tokens)")
     planned = message.stats.total_steps
     if 0 < result.steps < planned:
         notes.append(f"done before the {planned} planned")
