@@ -29,6 +29,7 @@ import argparse
 import statistics
 import sys
 import time
+import traceback
 import warnings
 
 import torch
@@ -191,57 +192,77 @@ def _span(low: float, high: float, digits: int) -> str:
     return low_text if low_text == high_text else f"{low_text}-{high_text}"
 
 
-def cuda_rows(args) -> list[tuple[str, str, str, str]]:
-    """On a GPU: each shape's cached step timed eager and compiled, its kernels counted, syncs caught."""
+def step_rows(device: str = "cuda", shapes=ROOFLINE_SHAPES, repeats: int = 20, backend: str = "inductor") -> list[tuple[str, str, str, str]]:
+    """Each shape's cached step timed eager and compiled ("reduce-overhead": CUDA graphs), its
+    kernels counted by the profiler. Made for the GPU; a CPU runs the same code on a small shape
+    (tests/test_gpu_ready.py), so the first GPU session is not this function's first run."""
     from torch.profiler import ProfilerActivity, profile
 
     from sharpen.core.model import ModelConfig, Transformer
 
+    cuda = device == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    def timed_ms(step, args_) -> float:
+        if not cuda:
+            began = time.perf_counter()
+            step(*args_)
+            return (time.perf_counter() - began) * 1e3
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step(*args_)
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end)
+
+    where = torch.cuda.get_device_name() if cuda else device
+    options = {"mode": "reduce-overhead"} if backend == "inductor" else {}
     rows = []
-    for shape in ROOFLINE_SHAPES:
+    for shape in shapes:
         cfg = ModelConfig(**SHAPES[shape])
         torch.manual_seed(0)
         previous = torch.get_default_dtype()
         torch.set_default_dtype(torch.bfloat16)  # built in bfloat16 on the GPU: never a float32 copy of 8B
         try:
-            with torch.device("cuda"):
+            with torch.device(device):
                 model = Transformer(cfg).eval()
         finally:
             torch.set_default_dtype(previous)
         with torch.no_grad():
             model.pack()
-        model.rope(torch.device("cuda"), cfg.max_seq_len, torch.bfloat16)
-        x = torch.randint(3, cfg.vocab_size, (1, CANVAS), device="cuda")
-        cache = model.new_cache(1, CANVAS)
-        run = torch.arange(CANVAS // 2, CANVAS // 2 + BLOCK, device="cuda")
-        rows_ = torch.arange(BLOCK, device="cuda")
+        model.rope(torch.device(device), cfg.max_seq_len, torch.bfloat16)
+        canvas = min(CANVAS, cfg.max_seq_len)
+        x = torch.randint(3, cfg.vocab_size, (1, canvas), device=device)
+        cache = model.new_cache(1, canvas)
+        run = torch.arange(canvas // 2, canvas // 2 + BLOCK, device=device)
+        rows_ = torch.arange(BLOCK, device=device)
         for buffer in (*cache.k, *cache.v):
             torch._dynamo.mark_static_address(buffer, guard=False)
         with torch.inference_mode():
-            model.scores(x, None, cache, torch.arange(CANVAS, device="cuda"))
-            for mode, step in (("eager bf16", model.scores), ("compiled reduce-overhead", torch.compile(model.scores, mode="reduce-overhead"))):
+            model.scores(x, None, cache, torch.arange(canvas, device=device))  # the whole canvas: fills the cache
+            for mode, step in (("eager bf16", model.scores), (f"compiled {options.get('mode', backend)}", torch.compile(model.scores, backend=backend, **options))):
                 args_ = (x[:, run], run, cache, rows_)
+                warm = time.perf_counter()
                 for _ in range(3):
-                    step(*args_)  # warm-up: compiling and recording
-                torch.cuda.synchronize()
-                times = []
-                for _ in range(args.repeats):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    step(*args_)
-                    end.record()
-                    torch.cuda.synchronize()
-                    times.append(start.elapsed_time(end))
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    step(*args_)
-                    torch.cuda.synchronize()
-                kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-                ms = statistics.median(times)
+                    step(*args_)  # warm-up: compiling and recording (what a user's first edit waits for)
+                sync()
+                warm = time.perf_counter() - warm
+                ms = statistics.median(timed_ms(step, args_) for _ in range(repeats))
+                kernels = "n/a"
+                if cuda:
+                    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                        step(*args_)
+                        sync()
+                    kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
                 floor = step_bytes(shape) / max(GPUS.values()) * 1e3
-                rows.append((f"ms per cached step, {shape}", f"{torch.cuda.get_device_name()}, {mode}",
-                             f"{ms:.2f} ({kernels} kernels)", f"{1e3 / ms:.0f}-{4e3 / ms:.0f} tok/s at 1-4/step; H100 floor {floor:.2f}"))
+                rows.append((f"ms per cached step, {shape}", f"{where}, {mode}",
+                             f"{ms:.2f} ({kernels} kernels; warm-up {warm:.1f} s)", f"{1e3 / ms:.0f}-{4e3 / ms:.0f} tok/s at 1-4/step; H100 floor {floor:.2f}"))
         del model, cache
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
     return rows
 
 
@@ -290,7 +311,7 @@ def packed_rows(device: str) -> list[tuple[str, str, str, str]]:
     same = sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in zip(alone, packed))
     rows = sum(a.shape[1] for a in alone)
     dtype = str(model.embed.weight.dtype).replace("torch.", "")
-    return [("packed pass vs each pass alone (4 runs)", f"{device}, {dtype}", f"max |logit diff| {gap:.3g}; argmax {same}/{rows} rows",
+    return [("packed pass vs each pass alone (4 runs)", f"{device}, {dtype}", f"max abs logit diff {gap:.3g}; argmax {same}/{rows} rows",
              "0 and all rows on a CPU; on a GPU, concurrent clients equal alone only to this")]
 
 
@@ -312,13 +333,17 @@ def load_rows(device: str) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def print_table(rows, title: str) -> None:
+def print_header(title: str) -> None:
     print(title)
     print()
     print("| measure | setting | value | target / note |")
-    print("|---|---|---|---|")
+    print("|---|---|---|---|", flush=True)
+
+
+def print_rows(rows) -> None:
     for row in rows:
         print("| " + " | ".join(row) + " |")
+    sys.stdout.flush()
 
 
 def main(argv=None) -> int:
@@ -327,27 +352,56 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=20, help="timed steps per row (--device cuda)")
     parser.add_argument("--no-compile-count", action="store_true", help="skip the compiled kernel count (it compiles twice: a minute on 2 cores)")
     parser.add_argument("--no-load", action="store_true", help="skip the load rows (they write a 700 MB checkpoint and load it four times)")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="start no further group of rows once this much time has passed (a lent GPU's minutes are few)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
     torch.set_num_threads(max(1, torch.get_num_threads()))
     started = time.perf_counter()
-    rows = [] if args.no_load else load_rows(args.device)
-    launches, found = launch_rows(compiled=not args.no_compile_count)
-    rows += launches
-    denoiser = embedded()
-    loop, sampler = loop_rows(denoiser)
-    rows += loop
-    rows += graph_rows(embedded())  # a fresh denoiser: compiling replaces its step
-    rows += packed_rows(args.device)
-    if args.device == "cuda":
-        rows += cuda_sync_rows() + cuda_rows(args)
-    else:
-        rows += roofline_rows(found, sampler)
     where = torch.cuda.get_device_name() if args.device == "cuda" else "cpu (GPU rows estimated)"
-    print_table(rows, f"# gpu_ready: {where}, torch {torch.__version__}, {time.perf_counter() - started:.0f} s")
-    return 0
+    print_header(f"# gpu_ready: {where}, torch {torch.__version__}")
+    found, sampler = {}, 0
+
+    def launches():
+        rows, counted = launch_rows(compiled=not args.no_compile_count)
+        found.update(counted)
+        return rows
+
+    def loop():
+        nonlocal sampler
+        rows, sampler = loop_rows(embedded())
+        return rows
+
+    # Each group prints its rows as soon as it has them, and one that fails prints its error as a
+    # row and the rest go on: the first GPU session has one try, and a table cut off by a time
+    # limit or an exception must still hold every row measured before it. On CUDA what only a GPU
+    # can show comes first (syncs, step times, the allocator's load peak, packed rounding); the
+    # counts that are the same on any device (launches, host reads, graphs) come last.
+    counted = [("launches", launches), ("host reads", loop), ("graphs", lambda: graph_rows(embedded()))]  # a fresh denoiser: compiling replaces its step
+    loads = [] if args.no_load else [("load peak", lambda: load_rows(args.device))]
+    if args.device == "cuda":
+        groups = [("host syncs", cuda_sync_rows), ("step on the GPU", lambda: step_rows("cuda", repeats=args.repeats)), *loads,
+                  ("packed pass", lambda: packed_rows(args.device)), *counted]
+    else:
+        groups = [*counted, ("packed pass", lambda: packed_rows(args.device)), ("roofline", lambda: roofline_rows(found, sampler)), *loads]
+    failed, took = 0, []
+    for name, rows_of in groups:
+        took.append(f"{name} {time.perf_counter() - started:.0f}")
+        elapsed = time.perf_counter() - started
+        if args.budget is not None and elapsed > args.budget:
+            print_rows([(name, "skipped", f"the budget of {args.budget:.0f} s was spent ({elapsed:.0f} s)", "")])
+            continue
+        try:
+            print_rows(rows_of())
+        except Exception as exc:  # noqa: BLE001  (a row that cannot be measured says why; the others still run)
+            failed += 1
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            print_rows([(name, "failed", f"{type(exc).__name__}: {first}".replace("|", "/"), "")])
+            traceback.print_exc(file=sys.stderr)
+    print(f"\nstarted at (s): {', '.join(took)}; {time.perf_counter() - started:.0f} s in all; {failed} group(s) failed", flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+from typing import Iterator
 
 import torch
 from synthetic import SHAPES, make_canvas, timed  # bench/ is on the path: the script's own folder, or pytest's pythonpath
@@ -46,7 +47,8 @@ def drift(reference: torch.Tensor, logits: torch.Tensor) -> tuple[float, float, 
     return (reference - logits).abs().max().item(), (reference.argmax(-1) == logits.argmax(-1)).float().mean().item(), kl.item()
 
 
-def rows_for_shape(shape: str, args) -> list[dict]:
+def rows_for_shape(shape: str, args) -> Iterator[dict]:
+    """One row per precision, each as soon as it is measured (a run cut short keeps the rows before)."""
     from sharpen.core.denoiser import Denoiser, ModelSpec
     from sharpen.core.model import ModelConfig, Transformer
     from sharpen.core.quantize import weight_bytes
@@ -64,7 +66,6 @@ def rows_for_shape(shape: str, args) -> list[dict]:
     settings = Sampling(schedule="fixed", steps=max(1, args.span // 4), block_size=0, refresh="block")
     precisions = ["float32", "bfloat16", "int8"] + (["int4"] if device.type == "cuda" else [])
     reference = None
-    rows = []
     for precision in precisions:
         den = build_precision(base, precision, device)
         with torch.inference_mode():
@@ -79,10 +80,8 @@ def rows_for_shape(shape: str, args) -> list[dict]:
             return frame.step
 
         seconds, steps = timed(run, device, args.repeats)
-        rows.append({"shape": shape, "precision": precision, "weights MiB": weight_bytes(den.model) / 2**20,
-                     "max |dlogit|": worst, "top-1 agree": top1, "KL": kl, "tokens/s": args.span / seconds, "steps": steps})
-
-    return rows
+        yield {"shape": shape, "precision": precision, "weights MiB": weight_bytes(den.model) / 2**20,
+               "max |dlogit|": worst, "top-1 agree": top1, "KL": kl, "tokens/s": args.span / seconds, "steps": steps}
 
 
 def main(argv: list[str] | None = None) -> int:
