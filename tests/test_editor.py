@@ -439,16 +439,22 @@ async def test_rewrite_share_shows_only_once_changed_and_a_finished_run_says_why
 
 @pytest.mark.parametrize("lines,budget,cut", [(600, 64, True), (6, 4096, False)])
 async def test_a_run_that_read_only_part_of_a_long_file_says_so(tmp_path, tiny_denoiser, lines, budget, cut):
+    from pilot import notices
+
     path = tmp_path / "functions.py"
     path.write_text("".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(lines // 3)))
     app = make_app([path], FAST.layered({"edit": {"context_tokens": budget}}))
     async with app.run_test(size=SIZE) as pilot:
         await with_model(app, pilot, tiny_denoiser)
         pane = app.active_pane()
-        select_line(pane.editor, lines // 2 + 1)  # a `return` line in the middle of the file
-        await pilot.press("alt+i")
-        await wait_for(pilot, lambda: pane.phase == PREVIEW)
-        said = re.search(r"the model read (\d+) tokens around it, not the whole file \(context_tokens\)", app.status.notice)
-        assert (said is not None) == cut, app.status.notice
-        if cut:  # whole lines within the budget
-            assert budget / 2 < int(said.group(1)) <= budget
+        for _ in range(2):
+            select_line(pane.editor, lines // 2 + 1)  # a `return` line in the middle of the file
+            await pilot.press("alt+i")
+            await wait_for(pilot, lambda: pane.phase == PREVIEW)
+            said = re.search(r"; read (\d+) tokens around it", app.status.notice)
+            assert (said is not None) == cut, app.status.notice
+            if cut:  # whole lines within the budget
+                assert budget / 2 < int(said.group(1)) <= budget
+            await pilot.press("escape")
+        # The toast that explains it, once per buffer however many runs.
+        assert notices(app).count("reads only the text around a span") == (1 if cut else 0), notices(app)

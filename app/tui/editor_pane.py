@@ -68,9 +68,8 @@ def finish_note(message: EditFinished, result) -> str:
     what the model did not see: a file longer than the context budget is read only around the
     spans, which explains an answer that ignores a definition far away."""
     notes = []
-    if result.context_cut:
-        read = f"{result.prompt_tokens} tokens" if result.prompt_tokens else "only the text"  # a server may not count them
-        notes.append(f"the model read {read} around it, not the whole file (context_tokens)")
+    if result.context_cut:  # a narrow status bar may cut it off: a buffer's first such run also says it in a toast
+        notes.append(f"read {result.prompt_tokens} tokens around it" if result.prompt_tokens else "read only the text around it")
     planned = message.stats.total_steps
     if 0 < result.steps < planned:
         notes.append(f"done before the {planned} planned")
@@ -153,6 +152,7 @@ class EditorPane(Container):
         self.notice = ""  # one line about the last run for the status bar
         self.disk_notice = ""  # the file changed on disk (RecoveryKeeper.watch_files)
         self.selection_before_run = None  # where a run that selected for itself (Fill body) found the cursor
+        self.told_context_cut = False  # the toast that the model reads only part of a long file: once per buffer
         # Expand selection's history: (selection before, selection after) per expansion.
         self.selection_stack: list[tuple[tuple[int, int], tuple[int, int]]] = []
 
@@ -525,6 +525,10 @@ class EditorPane(Container):
         wall = time.perf_counter() - run.started
         self.notice = run_summary(result.tokens, result.steps, message.stats.compute_seconds, wall, run.paced)
         self.notice += finish_note(message, result)
+        if result.context_cut and not self.told_context_cut:
+            self.told_context_cut = True
+            self.notify("The model reads only the text around a span, not the whole file: a definition far away is not seen "
+                        "(context_tokens in the config file's [edit] table sets how much).", title="Part of the file")
         self._set_phase(PREVIEW)
         self._show_result()
 
