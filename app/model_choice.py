@@ -126,10 +126,11 @@ def _load_model(request: ModelRequest, quiet: bool, editor: bool):
     import torch
 
     from ..core import families
-    from ..core.loading import embedded_model_path, load_denoiser, model_config, read_config
+    from ..core.loading import embedded_model_path, load_denoiser, model_config, read_config, require_torch
     from ..core.memory_fit import parameter_split
     from ..core.quantize import check_quantization, int8_needs_compile
 
+    require_torch()  # DiffusionGemma's loader too
     device = resolve_device(request.device)
     path, repo_id = resolve_model_path(request.model)
     config = read_config(path or embedded_model_path())

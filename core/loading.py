@@ -145,6 +145,23 @@ def check_against_weights(family: families.Family, cfg: ModelConfig, shapes: dic
         raise ModelError(f"config.json of {path} says a {cfg.vocab_size} x {cfg.dim} embedding, but the weights hold {shapes[embed_key]}")
 
 
+# The oldest torch sharpen runs on, and why: torch._grouped_mm (the mixtures of experts' grouped
+# matmul), torch._dynamo.config.recompile_limit (the compiled step) and torchao 0.18 (DiffusionGemma's
+# --quantize; it dropped older torch) are newer than 2.6, where every MoE model and every compiled
+# step failed. The suite runs on 2.11 and 2.13 (docs/speed.md); its golden block-loop outputs are
+# draws from torch's multinomial stream, which also changed between 2.6 and 2.11.
+MIN_TORCH = (2, 11)
+
+
+def require_torch() -> None:
+    """One line, before anything loads, when the installed torch is older than MIN_TORCH (an
+    environment made with --no-deps, or a conda torch pip did not replace)."""
+    found = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
+    if found is None or tuple(int(n) for n in found.groups()) < MIN_TORCH:
+        need = ".".join(map(str, MIN_TORCH))
+        raise ModelError(f"torch {torch.__version__} is too old: sharpen needs torch {need} or newer (pip install -U 'torch>={need}')")
+
+
 def load_denoiser(
     path: str | Path | None = None,
     device: str = "cpu",
@@ -159,6 +176,7 @@ def load_denoiser(
     `quantize` ("int8" | "int4"): weight-only quantization of every linear layer (core/quantize.py),
     done as the weights are read: the full-precision model never exists in memory.
     """
+    require_torch()
     path = Path(path) if path is not None else embedded_model_path()
     config = read_config(path)
     family, cfg = model_config(path, config)

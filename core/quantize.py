@@ -50,8 +50,6 @@ def check_quantization(kind: str, device: torch.device) -> None:
             raise UsageError(f"--quantize int4 needs an Ampere or newer GPU (sm80+) for PyTorch's int4 kernels; {name} is older: use --quantize int8")
         if device.type not in ("cuda", "cpu"):
             raise UsageError(f"--quantize int4 runs on CUDA GPUs and CPUs, not on {device.type}; use --quantize int8")
-        if device.type == "cpu" and not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"):  # torch 2.6 added it
-            raise UsageError(f"--quantize int4 on the CPU needs torch 2.6 or newer (this is {torch.__version__}); use --quantize int8")
 
 
 def int8_needs_compile(kind: str | None, device: torch.device | str, compile_mode: str) -> str | None:

@@ -132,6 +132,19 @@ def test_gpu_options_without_a_gpu_say_what_to_use(tmp_path, args, message):
     assert proc.returncode == 2 and proc.stderr.decode() == f"sharpen: {message.format(why=why)}\n"
 
 
+def test_a_torch_older_than_sharpen_needs_is_one_line_and_exit_4(tmp_path):
+    """An environment made with --no-deps (or a conda torch pip left alone) may hold a torch older
+    than pyproject's floor: one line saying which, not an AttributeError from inside a model."""
+    (tmp_path / "f.py").write_bytes(ORIGINAL)
+    code = ("import sys, torch; torch.__version__ = '2.6.0+cu124'; from sharpen.app.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", code, "f.py", "--apply-edit", "1", "--in-place"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stderr == "sharpen: torch 2.6.0+cu124 is too old: sharpen needs torch 2.11 or newer (pip install -U 'torch>=2.11')\n"
+    assert (tmp_path / "f.py").read_bytes() == ORIGINAL
+
+
 @pytest.mark.parametrize("field, value", [("n_layers", 10**6), ("max_seq_len", 10**12), ("n_heads", 0), ("dim", 10**7)])
 def test_absurd_config_sizes_stop_before_anything_is_built(tmp_path, tiny_model_dir, field, value):
     import shutil

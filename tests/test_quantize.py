@@ -98,7 +98,10 @@ def test_int4_skips_linears_whose_shape_the_kernels_do_not_take(tiny_model_dir, 
     if tied:  # a float head stays tied to the embedding
         assert model.output.weight is model.embed.weight
     ids = torch.randint(3, 300, (1, 10))
-    assert torch.equal(den.logits(ids), load_denoiser(path).logits(ids))  # nothing quantized: the float model
+    # Nothing quantized: the float model's function. Not bit for bit: the float load lays a tied head
+    # out input-major (Transformer.pack) and this one keeps the embedding's layout, and with two MKL
+    # threads the two matmuls round differently (equal on one thread; 8e-6 apart on two).
+    torch.testing.assert_close(den.logits(ids), load_denoiser(path).logits(ids), rtol=1e-5, atol=1e-5)
 
 
 def test_quantized_with_a_device_map_is_quantized_and_offloads(dim128):
