@@ -348,7 +348,10 @@ async def test_in_a_long_file_the_layer_holds_the_rows_around_the_view(tmp_path,
         shown = run.result.spans[0].alternatives[0]
         assert preview.document.lines[row - first] == (editor.document.lines[row] + shown).split("\n")[0]
         assert ghost_rows(pane)[0] == row - first
-        assert preview.soft_wrap is soft_wrap and preview.scroll_y == editor.scroll_y - row_of(editor, first)  # drawn where the editor shows it
+        # Drawn where the editor shows it: the layer can scroll to its rows once its new text is
+        # laid out, which may take a refresh or two (EditorPane.scroll_layer).
+        await wait_for(pilot, lambda: preview.scroll_y == editor.scroll_y - row_of(editor, first), timeout=5)
+        assert preview.soft_wrap is soft_wrap
         if soft_wrap:
             assert row_of(editor, first) > first  # the lines above wrap: rows and lines differ, and the scroll follows rows
         await pilot.click(preview.__class__, offset=(10, 3))  # a click on the layer: the ghost goes
