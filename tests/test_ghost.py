@@ -326,11 +326,24 @@ def test_run_summary_puts_wall_time_beside_model_time():
 
 
 @pytest.mark.parametrize("soft_wrap", [False, True])
-async def test_in_a_long_file_the_layer_holds_the_rows_around_the_view(tmp_path, tiny_model_dir, tiny_denoiser, soft_wrap):
+async def test_in_a_long_file_the_layer_holds_the_rows_around_the_view(tmp_path, tiny_model_dir, tiny_denoiser, soft_wrap, monkeypatch):
+    from sharpen.app.tui.preview_view import PreviewView
+
     path = tmp_path / "long.py"
     long_comment = "  # " + "wrapped " * 20  # every third line wraps when soft wrap is on
     path.write_text("".join(f"value_{i} = {i}{long_comment if i % 3 == 0 else ''}\n" for i in range(3000)), encoding="utf-8")
     app = make_app([path], real(tiny_model_dir, soft_wrap=soft_wrap))
+    painted = []  # (the layer's scroll, the editor's rows) at every frame it drew with a ghost
+    draw = PreviewView.render_lines
+
+    def recorded(view, crop):
+        strips = draw(view, crop)
+        pane = view.parent
+        if pane.ghost.run is not None:
+            painted.append((view.scroll_y, pane.editor.scroll_y - row_of(pane.editor, pane.ghost.run.window[0])))
+        return strips
+
+    monkeypatch.setattr(PreviewView, "render_lines", recorded)
     async with app.run_test(size=SIZE) as pilot:
         await load(app, pilot, tiny_denoiser)
         pane = app.active_pane()
@@ -348,10 +361,10 @@ async def test_in_a_long_file_the_layer_holds_the_rows_around_the_view(tmp_path,
         shown = run.result.spans[0].alternatives[0]
         assert preview.document.lines[row - first] == (editor.document.lines[row] + shown).split("\n")[0]
         assert ghost_rows(pane)[0] == row - first
-        # Drawn where the editor shows it: the layer can scroll to its rows once its new text is
-        # laid out, which may take a refresh or two (EditorPane.scroll_layer).
-        await wait_for(pilot, lambda: preview.scroll_y == editor.scroll_y - row_of(editor, first), timeout=5)
-        assert preview.soft_wrap is soft_wrap
+        assert preview.soft_wrap is soft_wrap and preview.scroll_y == editor.scroll_y - row_of(editor, first)  # drawn where the editor shows it
+        # ... from its first frame: every frame the layer drew was at the editor's rows (a layer just
+        # shown has no size, and a scroll then stopped at 0: the lines a hundred rows above, for a frame).
+        assert painted and all(at == wanted for at, wanted in painted), painted
         if soft_wrap:
             assert row_of(editor, first) > first  # the lines above wrap: rows and lines differ, and the scroll follows rows
         await pilot.click(preview.__class__, offset=(10, 3))  # a click on the layer: the ghost goes

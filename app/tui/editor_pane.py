@@ -593,23 +593,15 @@ class EditorPane(Container):
         if preview.theme != self.editor.theme:
             preview.theme = self.editor.theme
         preview.show_layout(layout, self.editor.scroll_x, self.editor.scroll_y - self._overlay_y0, same_run=same_run)
-        if not same_run:  # a new text's height is known only once laid out: a scroll before it stops at 0
-            self.call_after_refresh(self.scroll_layer)
+        if not same_run:  # the ghost learns where the layer sits once it is laid out
+            self.call_after_refresh(self._follow_scroll)
 
-    def _follow_scroll(self) -> None:  # the editor scrolled (a watcher: no arguments of its own)
-        self.scroll_layer()
-
-    def scroll_layer(self, tries: int = 0) -> None:
-        """Scroll the preview layer to the editor's rows. A layer whose new text is not laid out
-        yet stops short (at 0: the lines above the view, drawn over the editor; seen in 2 of 6
-        ghosts in a 3,000-line file), so it tries again after the next refresh, a few times."""
-        if self.phase == IDLE and not self.ghost.active:
-            return
-        target = self.editor.scroll_y - self._overlay_y0
-        self.preview.scroll_to(self.editor.scroll_x, target, animate=False, immediate=True)
-        self.ghost.scrolled()
-        if self.preview.scroll_y != target and tries < 8:
-            self.call_after_refresh(self.scroll_layer, tries + 1)
+    def _follow_scroll(self) -> None:
+        """The preview layer at the editor's rows (PreviewView.follow_scroll: a layer not laid
+        out yet gets there as it is first drawn)."""
+        if self.phase != IDLE or self.ghost.active:
+            self.preview.follow_scroll(self.editor.scroll_x, self.editor.scroll_y - self._overlay_y0)
+            self.ghost.scrolled()
 
     def _set_phase(self, phase: str) -> None:
         self.phase = phase

@@ -43,6 +43,9 @@ class PreviewView(TextArea, can_focus=False):
         self.layout_shown = Layout("")
         self.scroll_target = None  # the widget whose scroll wheel events we forward (the editor)
         self.on_click = None  # called on a click (the pane's ghost: a click dismisses it)
+        # Where show_layout asked to be scrolled (x, y), kept until the view is there: a layer
+        # just made visible has no size yet, and a scroll before its first layout stops at 0.
+        self.wanted_scroll: tuple[float, float] | None = None
 
     def show_layout(self, layout: Layout, scroll_x: float, scroll_y: float, same_run: bool) -> None:
         """Draw `layout`; within one run only the text from the first span to the last is replaced."""
@@ -59,8 +62,20 @@ class PreviewView(TextArea, can_focus=False):
             self.load_text(displayable(layout.text))  # a buffer's lone surrogate would stop Textual's document
         self.layout_shown = layout
         self._line_cache.clear()
-        self.scroll_to(scroll_x, scroll_y, animate=False, immediate=True)
+        self.follow_scroll(scroll_x, scroll_y)
         self.refresh()
+
+    def follow_scroll(self, scroll_x: float, scroll_y: float) -> None:
+        """Scroll to the editor's (x, y) now, or, where this view is not laid out yet, as its
+        first lines are rendered (render_lines): a ghost in a long file painted the top of its
+        window, a hundred rows above the view, for a frame before."""
+        self.scroll_to(scroll_x, scroll_y, animate=False, immediate=True)
+        self.wanted_scroll = None if (self.scroll_x, self.scroll_y) == (scroll_x, scroll_y) else (scroll_x, scroll_y)
+
+    def render_lines(self, crop):
+        if self.wanted_scroll is not None and self.size.height:
+            self.follow_scroll(*self.wanted_scroll)
+        return super().render_lines(crop)
 
     gutter_floor = 0  # at least this gutter width: the editor's, when this view shows a window of its lines
 
