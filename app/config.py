@@ -203,7 +203,7 @@ def parse_config(text: str, where: str = "config") -> Config:
 
 def load_config(path: Path | None = None) -> Config:
     """Read the config file; a missing default file means defaults, a missing --config is an error."""
-    from ..core import untrusted
+    from ..core.models import untrusted
 
     explicit = path is not None
     path = path or default_config_path()

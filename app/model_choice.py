@@ -79,7 +79,7 @@ def placement_for(request: ModelRequest, cfg, dtype, device: str):
     """A DevicePlan when the model must (or was asked to) span devices, else None."""
     import torch
 
-    from ..core import placement
+    from ..core.models import placement
 
     spec = request.max_memory
     max_memory = placement.parse_max_memory(spec) if spec else None
@@ -125,10 +125,10 @@ def load_model(request: ModelRequest = ModelRequest(), quiet: bool = False, edit
 def _load_model(request: ModelRequest, quiet: bool, editor: bool):
     import torch
 
-    from ..core import families
-    from ..core.loading import embedded_model_path, load_denoiser, model_config, read_config, require_torch
-    from ..core.memory_fit import parameter_split
-    from ..core.quantize import check_quantization, int8_needs_compile
+    from ..core.models import families
+    from ..core.models.loading import embedded_model_path, load_denoiser, model_config, read_config, require_torch
+    from ..core.models.memory_fit import parameter_split
+    from ..core.models.quantize import check_quantization, int8_needs_compile
 
     require_torch()  # DiffusionGemma's loader too
     device = resolve_device(request.device)
@@ -177,10 +177,10 @@ def _load_model(request: ModelRequest, quiet: bool, editor: bool):
 
 
 def check_fit(cfg, request: ModelRequest, dtype, device: str, name: str) -> None:
-    """Refuse, before any weight is read, a load that cannot fit this machine (core/memory_fit.py),
+    """Refuse, before any weight is read, a load that cannot fit this machine (core/models/memory_fit.py),
     with the setting that would make it fit; --force-load skips the check."""
-    from ..core import memory_fit
-    from ..core.placement import human
+    from ..core.models import memory_fit
+    from ..core.models.placement import human
 
     precision = request.quantize or str(dtype).removeprefix("torch.")
     need = memory_fit.footprint(cfg, precision).total
@@ -196,8 +196,8 @@ def check_fit(cfg, request: ModelRequest, dtype, device: str, name: str) -> None
 
 
 def _load_remote(request: ModelRequest, path: Path, device: str, dtype):
-    from ..core import placement
-    from ..core.remote import load_remote
+    from ..core.models import placement
+    from ..core.models.remote_code import load_remote
 
     spec = request.max_memory
     device_map = "auto" if request.device_map == "auto" or spec else None
@@ -214,14 +214,15 @@ def _load_remote(request: ModelRequest, path: Path, device: str, dtype):
 
 
 def _load_gemma(request: ModelRequest, path: Path, config: dict, device: str, quiet: bool, editor: bool, repo_id: str | None):
-    """DiffusionGemma through transformers' own class (core/gemma.py): threads, the fit check
+    """DiffusionGemma through transformers' own class (core/models/families/diffusion_gemma.py): threads, the fit check
     and placement as for the native families; accelerate spreads it when one GPU is too small."""
     import torch
 
-    from ..core import gemma, memory_fit
-    from ..core.placement import human
+    from ..core.models.families import diffusion_gemma as gemma
+    from ..core.models import memory_fit
+    from ..core.models.placement import human
 
-    from ..core.quantize import check_quantization
+    from ..core.models.quantize import check_quantization
 
     if request.quantize is not None:
         check_quantization(request.quantize, torch.device(device))
@@ -253,7 +254,7 @@ def _load_gemma(request: ModelRequest, path: Path, config: dict, device: str, qu
                              "--force-load tries anyway")
     max_memory = None
     if request.max_memory:
-        from ..core import placement
+        from ..core.models import placement
 
         max_memory = placement.parse_max_memory(request.max_memory)
     if spread and not quiet:

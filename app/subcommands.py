@@ -62,7 +62,7 @@ def models(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON list on stdout")
     parser.add_argument("--all", action="store_true", help="also list the checkpoints that cannot load, with why")
     args = parser.parse_args(argv)
-    from ..core.catalog import find_checkpoints
+    from ..core.models.catalog import find_checkpoints
 
     found = find_checkpoints([Path(d) for d in args.dirs])
     if args.json:
@@ -81,8 +81,8 @@ def models(argv: list[str]) -> int:
 
 
 def format_table(infos) -> str:
-    from ..core.catalog import human_count
-    from ..core.placement import human
+    from ..core.models.catalog import human_count
+    from ..core.models.placement import human
 
     rows = [("NAME", "FAMILY", "PARAMS", "DTYPE", "SIZE", "WHERE")]
     for c in infos:
@@ -95,7 +95,7 @@ def format_table(infos) -> str:
 
 def _backbone_config(path):
     """The backbone dimensions of a native checkpoint, or None (remote code: unknown here)."""
-    from ..core.loading import model_config, read_config
+    from ..core.models.loading import model_config, read_config
 
     try:
         return model_config(Path(path), read_config(Path(path)))[1]
@@ -106,8 +106,8 @@ def _backbone_config(path):
 def fit_report(entries, machine=None, context_tokens: int = 1024) -> str:
     """Per model and precision: weights + KV cache (batch 1, `context_tokens` of context) against
     this machine's best GPU and its RAM, fits / tight / does not fit, and the setting that fits."""
-    from ..core import memory_fit
-    from ..core.placement import human
+    from ..core.models import memory_fit
+    from ..core.models.placement import human
 
     machine = machine or memory_fit.this_machine()
     gpu = f"best GPU {human(machine.best_gpu_free)} free" if machine.gpus else "no GPU"
@@ -149,7 +149,7 @@ def doctor(argv: list[str]) -> int:
     say(f"sharpen {_version('sharpen')} on Python {platform.python_version()} ({platform.system()} {platform.machine()})")
     import torch
 
-    from ..core.placement import available_memory, host_available_bytes, human
+    from ..core.models.placement import available_memory, host_available_bytes, human
 
     cuda = torch.cuda.is_available()
     say(f"torch {torch.__version__}, CUDA {'available (' + str(torch.version.cuda) + ')' if cuda else 'not available'}")
@@ -167,13 +167,13 @@ def doctor(argv: list[str]) -> int:
             missing.append(f"python package {package} is not installed")
     from huggingface_hub import constants
 
-    from ..core.catalog import hf_cache_checkpoints, safely_inspected
+    from ..core.models.catalog import hf_cache_checkpoints, safely_inspected
 
     cached = hf_cache_checkpoints()
     say(f"Hugging Face cache: {constants.HF_HUB_CACHE} ({len(cached)} models with a config.json)")
 
     from .model_choice import resolve_device, resolve_dtype, resolve_model_path
-    from ..core.loading import embedded_model_path
+    from ..core.models.loading import embedded_model_path
 
     ok = True
     try:
@@ -207,9 +207,9 @@ def doctor(argv: list[str]) -> int:
             if info.family == "remote" and info.note and not args.trust_remote_code:
                 ok = False
                 missing.append(f"the model {info.note}")
-    from ..core.memory_fit import KNOWN_RELEASES
+    from ..core.models.memory_fit import KNOWN_RELEASES
 
-    from ..core.memory_fit import WeightsOnly
+    from ..core.models.memory_fit import WeightsOnly
 
     entries = []
     if info is not None and not info.problem:  # --model itself first: sharpen's backbone, or its weights alone (DiffusionGemma)
@@ -247,8 +247,8 @@ def download(argv: list[str]) -> int:
         from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
     except ImportError:
         raise ModelError("huggingface_hub is not installed; pip install huggingface_hub") from None
-    from ..core.memory_fit import KNOWN_RELEASES, footprint
-    from ..core.placement import human
+    from ..core.models.memory_fit import KNOWN_RELEASES, footprint
+    from ..core.models.placement import human
 
     size = next((footprint(cfg, "bfloat16", 0).weights for repo, cfg in KNOWN_RELEASES.values() if repo.lower() == args.repo_id.lower()), None)
     about = f", about {human(size)}" if size else ""

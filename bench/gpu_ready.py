@@ -65,7 +65,7 @@ def launch_rows(compiled: bool = True) -> tuple[list[tuple[str, str, str, str]],
 
 
 def embedded():
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     return load_denoiser()
 
@@ -160,8 +160,8 @@ def graph_rows(denoiser) -> list[tuple[str, str, str, str]]:
 
 def step_bytes(shape: str, canvas: int = CANVAS) -> int:
     """Bytes a bfloat16 cached step reads: every linear weight and the head once, the KV cache once."""
-    from sharpen.core.memory_fit import parameter_split
-    from sharpen.core.model import ModelConfig
+    from sharpen.core.models.memory_fit import parameter_split
+    from sharpen.core.models.model import ModelConfig
 
     cfg = ModelConfig(**SHAPES[shape])
     embedding, linear = parameter_split(cfg)
@@ -198,7 +198,7 @@ def step_rows(device: str = "cuda", shapes=ROOFLINE_SHAPES, repeats: int = 20, b
     (tests/test_gpu_ready.py), so the first GPU session is not this function's first run."""
     from torch.profiler import ProfilerActivity, profile
 
-    from sharpen.core.model import ModelConfig, Transformer
+    from sharpen.core.models.model import ModelConfig, Transformer
 
     cuda = device == "cuda"
 
@@ -269,7 +269,7 @@ def step_rows(device: str = "cuda", shapes=ROOFLINE_SHAPES, repeats: int = 20, b
 def cuda_sync_rows() -> list[tuple[str, str, str, str]]:
     """Syncs torch.cuda itself reports over a run of the embedded model on the GPU."""
     from sharpen.core.engine import apply_edit
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
     from sharpen.core.settings import Sampling
     from sharpen.core.spans import Span
 
@@ -294,7 +294,7 @@ def packed_rows(device: str) -> list[tuple[str, str, str, str]]:
     concurrent clients) against each pass alone: bit for bit on a CPU (tests/test_batching.py);
     a GPU's matmul kernels are chosen by shape, so there the difference is measured, not assumed."""
     from sharpen.core.batch import Pass, packed_scores
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     denoiser = load_denoiser(device=device)
     model = denoiser.model

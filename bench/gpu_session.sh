@@ -36,7 +36,7 @@ if ! python3 -m pip install -q --no-deps --no-build-isolation --no-index --targe
     for part in app core kernels themes; do ln -s "$PWD/$part" "$site/sharpen/$part"; done
 fi
 export PYTHONPATH="$site"
-python3 -c 'import sharpen.core.loading as l; print("sharpen from", l.__file__)' 2>&1 | tee -a "$out/environment.txt"
+python3 -c 'import sharpen.core.models.loading as l; print("sharpen from", l.__file__)' 2>&1 | tee -a "$out/environment.txt"
 
 # The table (gpu_ready.py says what each row must show): host syncs, each shape's cached step timed
 # eager and under CUDA graphs, the load peaks, packed passes, then the counts any device gives

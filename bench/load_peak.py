@@ -41,8 +41,8 @@ ROWS = (  # label, dtype, quantize, with a device map
 _CHILD = r"""
 import gc, json, sys
 import torch
-from sharpen.core.loading import embedded_model_path, load_denoiser, model_config, read_config
-from sharpen.core.quantize import weight_bytes
+from sharpen.core.models.loading import embedded_model_path, load_denoiser, model_config, read_config
+from sharpen.core.models.quantize import weight_bytes
 
 def status(key):
     with open("/proc/self/status") as f:
@@ -53,7 +53,7 @@ dtype = getattr(torch, dtype)
 load_denoiser(embedded_model_path(), device=device)  # imports and one-off allocations, outside the measurement
 plan = None
 if device_map:
-    from sharpen.core.placement import plan as make_plan
+    from sharpen.core.models.placement import plan as make_plan
     _, cfg = model_config(path, read_config(__import__("pathlib").Path(path)))
     max_memory = {0: torch.cuda.mem_get_info(0)[0] // 2, "cpu": 64 * 2**30} if device == "cuda" else {"cpu": 64 * 2**30}
     plan = make_plan(cfg, dtype, max_memory, quantize).device_map
@@ -88,8 +88,8 @@ def measure(path: str | Path, dtype: str = "float32", quantize: str | None = Non
 
 def float32_bytes(path: str | Path) -> int:
     """The checkpoint's weights in float32, from the shards' headers."""
-    from sharpen.core.loading import weight_files
-    from sharpen.core.shards import Shards
+    from sharpen.core.models.loading import weight_files
+    from sharpen.core.models.shards import Shards
 
     with Shards(weight_files(Path(path))) as shards:
         return sum(math.prod(shape) * 4 for shape in shards.shapes().values())

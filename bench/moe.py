@@ -32,16 +32,16 @@ import torch
 
 from synthetic import materialise, timed  # bench/ is on the path
 
-# Shapes: the releases' own (core/memory_fit.py KNOWN_RELEASES, from their config.json files), and
+# Shapes: the releases' own (core/models/memory_fit.py KNOWN_RELEASES, from their config.json files), and
 # "small", LLaDA2's proportions (top 8 of many experts in groups, one shared, one dense layer) at a CPU's size.
 RELEASE_SHAPES = {"llada2-mini": "LLaDA2.0-mini", "sdar-30b-a3b": "SDAR-30B-A3B-Chat"}
 
 
 def configs(shape: str):
     """(MoE config, dense config of the same active width: top-k + shared experts of the expert width)."""
-    from sharpen.core.memory_fit import KNOWN_RELEASES
-    from sharpen.core.model import ModelConfig
-    from sharpen.core.moe import MoESpec
+    from sharpen.core.models.memory_fit import KNOWN_RELEASES
+    from sharpen.core.models.model import ModelConfig
+    from sharpen.core.models.moe import MoESpec
 
     if shape in RELEASE_SHAPES:
         cfg = dataclasses.replace(KNOWN_RELEASES[RELEASE_SHAPES[shape]][1], max_seq_len=4096)
@@ -58,9 +58,9 @@ def configs(shape: str):
 
 def build(cfg, device: str, dtype: torch.dtype):
     """A random backbone of `cfg` on `device` (meta-built, allocated there), packed as loaded models are."""
-    from sharpen.core.denoiser import Denoiser, ModelSpec
-    from sharpen.core.model import Transformer, on_meta_device
-    from sharpen.core.moe import MoEFeedForward
+    from sharpen.core.models.denoiser import Denoiser, ModelSpec
+    from sharpen.core.models.model import Transformer, on_meta_device
+    from sharpen.core.models.moe import MoEFeedForward
     from sharpen.core.tokenizer import train_byte_bpe
 
     torch.manual_seed(0)
@@ -84,7 +84,7 @@ def build(cfg, device: str, dtype: torch.dtype):
 
 def weight_bytes(model) -> tuple[int, int]:
     """(bytes held, bytes a block step reads at the least: all but the experts no token chose)."""
-    from sharpen.core.moe import MoEFeedForward
+    from sharpen.core.models.moe import MoEFeedForward
 
     held = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
     read = held
@@ -99,7 +99,7 @@ def weight_bytes(model) -> tuple[int, int]:
 def _time_passes(den, cfg, args) -> tuple[float, float]:
     """(open-block step, block write) seconds: the open block against a read-only cache of the
     prompt, and the pass that writes it."""
-    from sharpen.core.model import Attend
+    from sharpen.core.models.model import Attend
 
     device = den.device
     total = args.context + args.block
@@ -116,7 +116,7 @@ def _time_passes(den, cfg, args) -> tuple[float, float]:
 
 
 def step_rows(shape: str, args, dtype) -> list[dict]:
-    from sharpen.core.moe import MoEFeedForward
+    from sharpen.core.models.moe import MoEFeedForward
 
     moe_cfg, dense_cfg = configs(shape)
     rows = []
@@ -151,7 +151,7 @@ def editing_rows() -> list[dict]:
     from moe_checkpoints import write_llada2
 
     from sharpen.core.canvas import Canvas
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
     from sharpen.core.loops.block import block_denoise
     from sharpen.core.loops.editing import edit_denoise
     from sharpen.core.settings import Sampling

@@ -23,9 +23,9 @@ from synthetic import SHAPES, make_canvas, timed  # bench/ is on the path: the s
 
 def build_precision(base, precision: str, device: torch.device):
     """A denoiser over a copy of `base`'s float32 backbone at `precision` (unpacked when quantized)."""
-    from sharpen.core.denoiser import Denoiser
-    from sharpen.core.model import Transformer
-    from sharpen.core.quantize import check_quantization, quantize_backbone
+    from sharpen.core.models.denoiser import Denoiser
+    from sharpen.core.models.model import Transformer
+    from sharpen.core.models.quantize import check_quantization, quantize_backbone
 
     model = Transformer(base.model.cfg)
     model.load_state_dict(base.model.state_dict())
@@ -49,9 +49,9 @@ def drift(reference: torch.Tensor, logits: torch.Tensor) -> tuple[float, float, 
 
 def rows_for_shape(shape: str, args) -> Iterator[dict]:
     """One row per precision, each as soon as it is measured (a run cut short keeps the rows before)."""
-    from sharpen.core.denoiser import Denoiser, ModelSpec
-    from sharpen.core.model import ModelConfig, Transformer
-    from sharpen.core.quantize import weight_bytes
+    from sharpen.core.models.denoiser import Denoiser, ModelSpec
+    from sharpen.core.models.model import ModelConfig, Transformer
+    from sharpen.core.models.quantize import weight_bytes
     from sharpen.core.loops.masked import denoise
     from sharpen.core.settings import Sampling
     from sharpen.core.tokenizer import train_byte_bpe

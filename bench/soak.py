@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sharpen.app.cli import build_parser, config_from, headless_job
 from sharpen.app.headless import run_headless
-from sharpen.core.loading import embedded_model_path
+from sharpen.core.models.loading import embedded_model_path
 
 SOURCE = "".join(
     f"def handler_{n}(request, retries={n % 4}):\r\n"

@@ -249,7 +249,7 @@ def main(argv=None) -> int:
 
     from sharpen.core import canvas as canvas_mod
     from sharpen.core import engine
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
     from sharpen.core.settings import Sampling
     from sharpen.core.spans import Span
 

@@ -107,7 +107,7 @@ def counting():
 
 def build_backbone(shape: str, n_layers: int, dtype: torch.dtype, seed: int = 0):
     """A random backbone of COUNT_SHAPES[shape] in the packed inference layout, as loaders leave it."""
-    from sharpen.core.model import ModelConfig, Transformer
+    from sharpen.core.models.model import ModelConfig, Transformer
 
     torch.manual_seed(seed)
     model = Transformer(ModelConfig(n_layers=n_layers, **COUNT_SHAPES[shape])).to(dtype).eval()

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))  # train/ is a folder of the repo, not an installe
 from sharpen.core.candidates import CandidatePlan  # noqa: E402
 from sharpen.core.canvas import DEFAULT_POINT_INFILL  # noqa: E402
 from sharpen.core.engine import apply_edit  # noqa: E402
-from sharpen.core.loading import load_denoiser  # noqa: E402
+from sharpen.core.models.loading import load_denoiser  # noqa: E402
 from sharpen.core.settings import Sampling  # noqa: E402
 from sharpen.core.spans import Span  # noqa: E402
 from speed import parses  # noqa: E402

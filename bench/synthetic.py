@@ -46,7 +46,7 @@ SHAPES = {
 BLOCK_SHAPES = {"sdar-8b": 4, "stable-diffcoder-8b": 4, "block-small": 4}  # shape -> the release's block size
 
 
-# DiffusionGemma (core/gemma.py, core/loops/random_token.py): an encoder-decoder from random tokens, through
+# DiffusionGemma (core/models/families/diffusion_gemma.py, core/loops/random_token.py): an encoder-decoder from random tokens, through
 # transformers' own class. The release's text dimensions (Gemma 4 26B-A4B: 25.2B parameters,
 # 128 experts of which 8 run per token) need a GPU with about 52 GB free in bfloat16; "small"
 # keeps the layer pattern at a size any CPU runs. No vision tower: text edits never use it.
@@ -65,8 +65,8 @@ def build_gemma(shape: str, device: str, dtype: torch.dtype):
     """A random DiffusionGemma of `shape`, built straight on `device` (no checkpoint on disk)."""
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, DiffusionGemmaTextConfig
 
-    from sharpen.core.denoiser import ModelSpec
-    from sharpen.core.gemma import GemmaDenoiser, Schedule
+    from sharpen.core.models.denoiser import ModelSpec
+    from sharpen.core.models.families.diffusion_gemma import GemmaDenoiser, Schedule
     from sharpen.core.tokenizer import train_byte_bpe
 
     dims = dict(GEMMA_SHAPES[shape])
@@ -132,7 +132,7 @@ def materialise(model, device: str, dtype: torch.dtype):
     """A meta-built backbone allocated on `device` directly in `dtype` and initialised there
     (torch's own init per layer, norms at one): the 8B shape takes its 16 GB of bfloat16 on
     the GPU, never the 32 GB of a float32 model converted afterwards."""
-    from sharpen.core.model import RMSNorm
+    from sharpen.core.models.model import RMSNorm
 
     model = model.to(dtype).to_empty(device=device)
     with torch.no_grad():
@@ -147,8 +147,8 @@ def materialise(model, device: str, dtype: torch.dtype):
 
 
 def build(shape: str, device: str, dtype: torch.dtype):
-    from sharpen.core.denoiser import Denoiser, ModelSpec
-    from sharpen.core.model import ModelConfig, Transformer, on_meta_device
+    from sharpen.core.models.denoiser import Denoiser, ModelSpec
+    from sharpen.core.models.model import ModelConfig, Transformer, on_meta_device
     from sharpen.core.tokenizer import train_byte_bpe
 
     cfg = ModelConfig(**SHAPES[shape])
@@ -211,7 +211,7 @@ def block_denoiser(denoiser, block: int):
     """The same weights seen as a block-causal release (a ModelSpec that declares the kind)."""
     from dataclasses import replace
 
-    from sharpen.core.denoiser import BlockRule, Denoiser
+    from sharpen.core.models.denoiser import BlockRule, Denoiser
 
     spec = replace(denoiser.spec, loop="block-causal", block=BlockRule(size=block, threshold=None))
     out = Denoiser.__new__(Denoiser)

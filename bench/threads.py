@@ -25,7 +25,7 @@ def busy_process():
 
 
 def denoisers(shapes: list[str]):
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     for shape in shapes:
         if shape == "embedded":

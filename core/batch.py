@@ -36,9 +36,9 @@ from typing import Iterator
 
 import torch
 
-from .denoiser import OUT_OF_MEMORY, Denoiser, check_finite
+from .models.denoiser import OUT_OF_MEMORY, Denoiser, check_finite
 from .errors import ModelError
-from .model import FULL, Attend, KVCache, Transformer
+from .models.model import FULL, Attend, KVCache, Transformer
 
 log = logging.getLogger(__name__)
 

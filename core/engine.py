@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 from .candidates import CandidatePlan, ExactRows, candidate_rows, plan_canvas_spans, plan_for_count, rank, score_rows, selected_tokens
 from .canvas import build_canvas, span_text
 from .changes import ChangeSet
-from .denoiser import DenoiserLike
+from .models.denoiser import DenoiserLike
 from .errors import Cancelled, ModelError, UsageError
 from .instruct import build_instruct_canvas, instruction_refusal, uses_chat
 from .length import AdaptiveLength, filled_up, next_budgets, start_budget

@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from .canvas import Canvas, encode_selection, infill_slots
-from .denoiser import ModelSpec
+from .models.denoiser import ModelSpec
 from .errors import ModelError, SpanError, UsageError
 from .spans import Span
 from .tokenizer import Tokenizer

@@ -24,7 +24,7 @@ import math
 import torch
 
 from .canvas import Canvas, encode_selection, infill_slots
-from .denoiser import ModelSpec
+from .models.denoiser import ModelSpec
 from .errors import SpanError, UsageError
 from .instruct import clip_around, render_chat, user_message
 from .spans import Span

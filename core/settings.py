@@ -282,14 +282,14 @@ class ModelRequest(Request):
     # launch-bound there: bench/gpu_ready.py estimates 1.2-2.0x an 8B model's memory floor on an H100,
     # 14-23x a 0.5B's); eager on a CPU, where compiling costs a minute and saves about 15% (docs/speed.md).
     compile: str = setting("auto", "torch.compile the model's step: auto is reduce-overhead (CUDA graphs) on CUDA for native models, off on a CPU; canvas sizes are bucketed, so a session compiles a handful of graphs", choices=COMPILE_MODES)
-    # Weight-only, on PyTorch's own kernels (core/quantize.py): an 8B model in about 8 GiB (int8) or 5 GiB (int4).
+    # Weight-only, on PyTorch's own kernels (core/models/quantize.py): an 8B model in about 8 GiB (int8) or 5 GiB (int4).
     quantize: str | None = setting(None, "weight-only quantization, done as the weights load: int8 or int4 (CPU, or CUDA; int4 needs sm80+)",
                                    choices=("int8", "int4"))
     # Unset: 1 thread for small models (below SMALL_MODEL parameters), where torch's per-op
     # thread start-up costs more than it saves and fights anything else on the cores (measured:
     # bench/threads.py); all cores for big ones, one left to the UI in the editor.
     threads: int | None = setting(None, "torch CPU threads (default: 1 for small models, every core for big ones; the editor leaves one to the UI)", low=1, high=1024, metavar="N")
-    # The fit check (core/memory_fit.py) refuses a load that cannot fit this machine.
+    # The fit check (core/models/memory_fit.py) refuses a load that cannot fit this machine.
     force_load: bool = setting(False, "load even when the fit check says the model does not fit this machine")
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
 
-from . import untrusted
+from .models import untrusted
 from .errors import ModelError
-from .jsonfile import read_json_object
+from .models.jsonfile import read_json_object
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -40,7 +40,7 @@ class Tokenizer:
     def from_file(cls, path: str | Path) -> "Tokenizer":
         if not Path(path).exists():
             raise ModelError(f"tokenizer file not found: {path}")
-        # Read here, checked as untrusted input (regular, bounded: core/untrusted.py), then parsed.
+        # Read here, checked as untrusted input (regular, bounded: core/models/untrusted.py), then parsed.
         text = untrusted.read_text(Path(path), untrusted.TOKENIZER_BYTES)
         try:
             return cls(_HFTokenizer.from_str(text))
@@ -143,7 +143,7 @@ def byte_level_bpe_from_files(path: Path) -> _HFTokenizer:
     if cls_name not in QWEN2_CLASSES:
         raise ModelError(f"{path}: tokenizer class {cls_name} ships no tokenizer.json, and sharpen builds only "
                          f"Qwen2-style tokenizers ({', '.join(QWEN2_CLASSES)}) from vocab.json + merges.txt")
-    # Read here as untrusted input (core/untrusted.py) and parsed as tokenizers' BPE.from_file parses them.
+    # Read here as untrusted input (core/models/untrusted.py) and parsed as tokenizers' BPE.from_file parses them.
     vocab = untrusted.read_json(path / "vocab.json", untrusted.TOKENIZER_BYTES)
     merges_text = untrusted.read_text(path / "merges.txt", untrusted.TOKENIZER_BYTES)
     merges = [tuple(line.split(" ")) for line in merges_text.splitlines() if line and not line.startswith("#version")]

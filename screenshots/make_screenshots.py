@@ -29,8 +29,8 @@ def tiny_random_model(out: Path) -> Path:
     """A random checkpoint of the `test` preset (as tests/checkpoints.py builds it): garbage text, real frames."""
     import torch
 
-    from sharpen.core.loading import save_checkpoint
-    from sharpen.core.model import Transformer, preset
+    from sharpen.core.models.loading import save_checkpoint
+    from sharpen.core.models.model import Transformer, preset
     from sharpen.core.tokenizer import train_byte_bpe
 
     tokenizer = train_byte_bpe([EXAMPLE.read_text()] * 20, 400)
@@ -42,7 +42,7 @@ def tiny_random_model(out: Path) -> Path:
 
 
 def default_model(scratch: Path) -> str | None:
-    from sharpen.core.loading import embedded_model_path
+    from sharpen.core.models.loading import embedded_model_path
 
     if (embedded_model_path() / "config.json").exists():
         return None  # the embedded model

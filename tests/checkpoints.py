@@ -5,8 +5,8 @@ from pathlib import Path
 
 import torch
 
-from sharpen.core.loading import save_checkpoint
-from sharpen.core.model import Transformer, preset
+from sharpen.core.models.loading import save_checkpoint
+from sharpen.core.models.model import Transformer, preset
 from sharpen.core.tokenizer import train_byte_bpe
 
 TRAINING_TEXT = [

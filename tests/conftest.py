@@ -10,7 +10,7 @@ def tiny_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_denoiser(tiny_model_dir):
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     return load_denoiser(tiny_model_dir)
 

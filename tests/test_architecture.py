@@ -116,8 +116,8 @@ def test_every_denoiser_provides_the_declared_interface(tiny_denoiser, tmp_path)
 
     from sharpen.core.candidates import ExactRows
     from sharpen.core.canvas import build_canvas
-    from sharpen.core.denoiser import DenoiserLike
-    from sharpen.core.remote import RemoteDenoiser
+    from sharpen.core.models.denoiser import DenoiserLike
+    from sharpen.core.models.remote_code import RemoteDenoiser
     from sharpen.core.spans import Span
 
     canvas = build_canvas("ab cd", [Span(2, 2, max_tokens=3)], tiny_denoiser.tokenizer, tiny_denoiser.spec.mask_id, 64, tiny_denoiser.max_len)

@@ -301,7 +301,7 @@ def test_spans_bigger_than_the_canvas_exit_2(cli, tiny_model_dir):
 
 
 def _raise_in_logits(monkeypatch, error):
-    from sharpen.core.denoiser import Denoiser
+    from sharpen.core.models.denoiser import Denoiser
 
     def boom(self, *args, **kwargs):
         raise error

@@ -9,19 +9,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from sharpen.core import families
-from sharpen.core.denoiser import LOOPS, ModelSpec
+from sharpen.core.models import families
+from sharpen.core.models.denoiser import LOOPS, ModelSpec
 from sharpen.core.errors import ModelError
 from sharpen.core.loops import LOOP_PROTOCOLS, SLOT_STATES, run_loop
 from sharpen.core.loops.frame import EDITED, MASKED, SHARP, Frame
-from sharpen.core.model import Attend, ModelConfig, Transformer, block_causal_mask
+from sharpen.core.models.model import Attend, ModelConfig, Transformer, block_causal_mask
 
 
 @pytest.fixture(scope="module")
 def gemma(tmp_path_factory):
     pytest.importorskip("transformers.models.diffusion_gemma")
     from gemma_checkpoint import write_diffusion_gemma
-    from sharpen.core.gemma import load_gemma
+    from sharpen.core.models.families.diffusion_gemma import load_gemma
 
     return load_gemma(write_diffusion_gemma(tmp_path_factory.mktemp("gemma") / "tiny", canvas_length=32))
 
@@ -168,7 +168,7 @@ def sdar_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sdar(sdar_dir):
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     return load_denoiser(sdar_dir)
 
@@ -203,7 +203,7 @@ def qwen3_reference(path):
 @pytest.mark.parametrize("tie", [False, True])
 def test_sdar_logits_equal_transformers_qwen3_with_a_block_causal_mask(tmp_path, tie):
     from block_checkpoints import write_sdar
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     path = write_sdar(tmp_path / "sdar", tie=tie, seed=11)
     ours, reference = load_denoiser(path), qwen3_reference(path)
@@ -330,7 +330,7 @@ def sdc_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sdc(sdc_dir):
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     return load_denoiser(sdc_dir)
 
@@ -426,7 +426,7 @@ def fdllm_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fdllm(fdllm_dir):
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     return load_denoiser(fdllm_dir)
 
@@ -439,7 +439,7 @@ def test_fast_dllm_v2_loads_from_its_release_files(fdllm_dir, fdllm):
     assert fdllm.spec.family == "fast-dllm-v2" and fdllm.spec.loop == "block-causal" and fdllm.spec.shift_logits
     assert fdllm.spec.mask_id == fdllm.tokenizer.token_id("|<MASK>|") and fdllm.spec.eos_id == config["eos_token_id"]
     assert fdllm.spec.block.size == config["bd_size"] == 32 and fdllm.spec.block.sub_block == 8 and fdllm.spec.block.threshold == 0.95
-    from sharpen.core.loading import model_config
+    from sharpen.core.models.loading import model_config
 
     with pytest.raises(ModelError, match="bd_size=12 must be a whole multiple of 8"):
         model_config(fdllm_dir, {**config, "bd_size": 12})

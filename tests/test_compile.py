@@ -8,7 +8,7 @@ import torch
 
 from checkpoints import write_tiny_sharpen
 from sharpen.core.engine import apply_edit
-from sharpen.core.loading import load_denoiser
+from sharpen.core.models.loading import load_denoiser
 from sharpen.core.settings import Sampling
 from sharpen.core.spans import Span
 
@@ -65,7 +65,7 @@ def test_compiled_runs_write_into_static_cache_buffers(fresh_denoiser):
     cache = fresh_denoiser.new_cache(2, 24)
     assert all(getattr(b, "_dynamo_static_input_type", None) for b in (*cache.k, *cache.v))
     assert fresh_denoiser.new_cache(2, 24) is cache
-    # A bucketed length (core/compiled.py): 30 positions get a 32-position cache.
+    # A bucketed length (core/models/compiled.py): 30 positions get a 32-position cache.
     assert fresh_denoiser.new_cache(1, 24) is not cache and fresh_denoiser.new_cache(1, 30).length == 32
 
 
@@ -82,7 +82,7 @@ def test_compiled_edits_in_a_row_reuse_the_cache_and_equal_eager(fresh_denoiser)
 
 
 def test_buckets_are_few_and_at_most_one_and_a_half_times_the_size():
-    from sharpen.core.compiled import bucket
+    from sharpen.core.models.compiled import bucket
 
     sizes = {bucket(n) for n in range(1, 2049)}
     assert sorted(sizes)[:8] == [8, 12, 16, 24, 32, 48, 64, 96] and len(sizes) == 17

@@ -16,7 +16,7 @@ import torch
 from gemma_checkpoint import write_diffusion_gemma
 from sharpen.core.canvas import build_canvas
 from sharpen.core.engine import apply_edit, run_edit
-from sharpen.core.gemma import load_gemma
+from sharpen.core.models.families.diffusion_gemma import load_gemma
 from sharpen.core.loops.random_token import NoiseCanvas, renoise, split_canvas
 from sharpen.core.settings import Sampling
 from sharpen.core.spans import Span
@@ -247,7 +247,7 @@ async def test_the_editor_shows_noise_settling_and_keeps_the_suffix(gemma, tmp_p
 def test_sharpen_models_lists_the_release_as_usable(gemma_dir, tmp_path):
     import shutil
 
-    from sharpen.core.catalog import inspect_checkpoint
+    from sharpen.core.models.catalog import inspect_checkpoint
 
     info = inspect_checkpoint(gemma_dir)
     assert info.usable and info.family == "diffusion_gemma" and info.instruct and info.params > 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from moe_checkpoints import write_llada2
-from sharpen.core.loading import load_denoiser
+from sharpen.core.models.loading import load_denoiser
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "llada2_tiny.json").read_text())
 TEXT = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"

@@ -100,7 +100,7 @@ def document_of(count: int) -> str:
 
 @lru_cache(maxsize=1)
 def embedded_denoiser():
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     return load_denoiser(None)
 

@@ -18,9 +18,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from family_checkpoints import write_dream, write_llada, write_open_dcoder, write_tokenizer
-from sharpen.core import families
+from sharpen.core.models import families
 from sharpen.core.errors import ModelError, UsageError
-from sharpen.core.loading import load_denoiser, weight_files
+from sharpen.core.models.loading import load_denoiser, weight_files
 from sharpen.core.spans import Span
 
 TEXT = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"
@@ -143,7 +143,7 @@ def test_special_ids_and_chat_template_come_from_the_files(ckpt, name, family, m
     assert spec.pad_id == tok.token_id("<|endoftext|>")
     assert bool(spec.chat_template) == (name.endswith("instruct") or name == "open-dcoder")
     # A released checkpoint takes instructions exactly when it ships a template; the listing says the same.
-    from sharpen.core.catalog import inspect_checkpoint
+    from sharpen.core.models.catalog import inspect_checkpoint
 
     assert spec.takes_instructions == bool(spec.chat_template) == inspect_checkpoint(ckpt[name]).instruct
     assert den.model.cfg.vocab_size % 64 == 0 and den.model.cfg.vocab_size > tok.vocab_size  # padded embedding
@@ -223,8 +223,8 @@ def test_dtype_float32_on_cpu_unless_asked(ckpt):
 
 
 def test_device_plan_never_splits_a_block(ckpt):
-    from sharpen.core.loading import model_config, read_config
-    from sharpen.core.placement import parse_max_memory, plan
+    from sharpen.core.models.loading import model_config, read_config
+    from sharpen.core.models.placement import parse_max_memory, plan
 
     _, cfg = model_config(ckpt["dream"], read_config(ckpt["dream"]))
     # two virtual 60 kB GPUs and the host: the plan is arithmetic, no GPU needed to make it
@@ -319,7 +319,7 @@ def test_remote_code_runs_only_on_opt_in(toy_remote, monkeypatch, tmp_path, caps
     import transformers.dynamic_module_utils as dmu
 
     from sharpen.app.cli import main
-    from sharpen.core.remote import load_remote
+    from sharpen.core.models.remote_code import load_remote
 
     monkeypatch.setattr(dmu, "HF_MODULES_CACHE", str(tmp_path / "modules"))  # its code is copied here, not to ~/.cache
     with pytest.raises(ModelError, match="--trust-remote-code"):
@@ -428,8 +428,8 @@ def test_models_and_doctor_tell_the_truth(ckpt, tmp_path, capsys):
 
 
 def test_the_embedded_model_has_a_chat_template_and_takes_no_instructions():
-    from sharpen.core.catalog import inspect_checkpoint
-    from sharpen.core.loading import embedded_model_path
+    from sharpen.core.models.catalog import inspect_checkpoint
+    from sharpen.core.models.loading import embedded_model_path
 
     spec = load_denoiser(None).spec
     assert spec.chat_template and spec.instruct is False and not spec.takes_instructions

@@ -20,7 +20,7 @@ GOLDEN = json.loads((Path(__file__).parent / "golden" / "fast_dllm_v2_generate.j
 @pytest.fixture(scope="module")
 def fdllm(tmp_path_factory):
     from block_checkpoints import write_fast_dllm_v2
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     return load_denoiser(write_fast_dllm_v2(tmp_path_factory.mktemp("fdllm-golden") / "Fast_dLLM_v2_7B-tiny"))
 

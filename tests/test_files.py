@@ -340,7 +340,7 @@ def test_recovery_directory_unwritable_is_an_input_error(tmp_path):
 
 def test_100k_line_file_infills_in_place_with_a_bounded_window(tmp_path, tiny_model_dir, capfd, monkeypatch):
     from sharpen.app.cli import main
-    from sharpen.core.denoiser import Denoiser
+    from sharpen.core.models.denoiser import Denoiser
 
     seen = []
     real_logits = Denoiser.logits

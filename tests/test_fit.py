@@ -1,4 +1,4 @@
-"""core/memory_fit.py and core/quantize.py: what a model needs, whether it fits, int8/int4."""
+"""core/models/memory_fit.py and core/models/quantize.py: what a model needs, whether it fits, int8/int4."""
 from __future__ import annotations
 
 import subprocess
@@ -6,8 +6,8 @@ import sys
 
 import torch
 
-from sharpen.core import memory_fit
-from sharpen.core.memory_fit import KNOWN_RELEASES, Machine, advice, footprint, verdict
+from sharpen.core.models import memory_fit
+from sharpen.core.models.memory_fit import KNOWN_RELEASES, Machine, advice, footprint, verdict
 
 GiB = 2**30
 
@@ -60,8 +60,8 @@ def test_a_load_that_cannot_fit_is_refused_before_it_starts(tmp_path, tiny_model
 
 
 def test_int8_quantized_model_is_smaller_and_close(tiny_model_dir):
-    from sharpen.core.loading import load_denoiser
-    from sharpen.core.quantize import weight_bytes
+    from sharpen.core.models.loading import load_denoiser
+    from sharpen.core.models.quantize import weight_bytes
 
     full = load_denoiser(tiny_model_dir)
     small = load_denoiser(tiny_model_dir, quantize="int8")
@@ -77,7 +77,7 @@ def test_doctor_sizes_every_release_and_the_model_it_was_given(tiny_model_dir):
     """The fit table names the block-diffusion releases and DiffusionGemma (by its weights, a
     floor), and --model DIR itself comes first."""
     from sharpen.app.subcommands import fit_report
-    from sharpen.core.memory_fit import KNOWN_RELEASES, Machine, WeightsOnly, footprint
+    from sharpen.core.models.memory_fit import KNOWN_RELEASES, Machine, WeightsOnly, footprint
 
     for name in ("SDAR-1.7B-Chat", "SDAR-8B-Chat", "Stable-DiffCoder-8B-Instruct", "Fast_dLLM_v2_7B", "DiffusionGemma-26B-A4B-it"):
         assert name in KNOWN_RELEASES

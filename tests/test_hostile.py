@@ -428,7 +428,7 @@ def test_models_lists_broken_checkpoints_as_not_usable_with_why(tmp_path, tiny_m
 def test_models_survives_a_broken_checkpoint_in_the_hf_cache(tmp_path, tiny_model_dir):
     import shutil
 
-    from sharpen.core.catalog import find_checkpoints
+    from sharpen.core.models.catalog import find_checkpoints
 
     cache = tmp_path / "hub"
     snapshot = cache / "models--someone--broken" / "snapshots" / ("a" * 40)

@@ -16,8 +16,8 @@ def test_banned_ids_read_the_added_tokens_once(tiny_model_dir, monkeypatch):
     """F9: the special-token set was rebuilt for every id of the vocabulary (O(vocab x added))."""
     from tokenizers import Tokenizer as HF
 
-    from sharpen.core.denoiser import banned_token_ids
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.denoiser import banned_token_ids
+    from sharpen.core.models.loading import load_denoiser
 
     denoiser = load_denoiser(tiny_model_dir)
     calls = []
@@ -44,7 +44,7 @@ def test_disk_offload_leaves_nothing_behind(tiny_model_dir, tmp_path, monkeypatc
     import logging
     import tempfile
 
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with caplog.at_level(logging.WARNING):
@@ -96,7 +96,7 @@ def test_a_real_template_still_renders():
 def test_a_selection_too_big_for_the_canvas_is_refused_before_encoding(tiny_model_dir, monkeypatch):
     from sharpen.core import canvas
     from sharpen.core.errors import SpanError
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
     from sharpen.core.spans import Span
 
     denoiser = load_denoiser(tiny_model_dir)
@@ -114,7 +114,7 @@ def test_prompted_canvases_and_context_clipping_never_encode_a_huge_line(tiny_mo
     refused unencoded, and as context it is dropped unencoded."""
     from sharpen.core.errors import SpanError
     from sharpen.core.instruct import clip_lines
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
     from sharpen.core.prompted import prompt_canvas
     from sharpen.core.spans import Span
 
@@ -132,7 +132,7 @@ def test_candidate_and_adaptive_runs_count_a_huge_selection_unencoded(tiny_model
     """--candidates and --length adaptive count each selection's tokens first (core/candidates.py)."""
     from sharpen.core.candidates import selected_tokens
     from sharpen.core.errors import SpanError
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
     from sharpen.core.spans import Span
 
     tokenizer = load_denoiser(tiny_model_dir).tokenizer

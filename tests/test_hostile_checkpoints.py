@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sharpen.core import untrusted
+from sharpen.core.models import untrusted
 from sharpen.core.errors import ModelError
 
 ORIGINAL = b"def f(x):\n    return x + 1\n"
@@ -273,7 +273,7 @@ def test_diffusion_gemma_is_checked_like_the_native_families(cli, gemma_dir, tmp
 def test_diffusion_gemma_writes_no_control_bytes_nor_special_tokens(gemma_dir, monkeypatch):
     """The random-token loop samples as transformers does (nothing banned), so a model that favours
     <0x00> and <|turn> would write them; the engine drops them from the text as for the masked families."""
-    from sharpen.core import gemma
+    from sharpen.core.models.families import diffusion_gemma as gemma
     from sharpen.core.engine import run_edit
     from sharpen.core.settings import Sampling
     from sharpen.core.spans import Span
@@ -352,7 +352,7 @@ def test_remote_code_models_with_nan_weights_stop_at_the_first_pass(tmp_path, mo
     from safetensors.torch import save_file
     from test_families import TOY_CONFIG, TOY_MODEL
 
-    from sharpen.core.remote import load_remote
+    from sharpen.core.models.remote_code import load_remote
 
     monkeypatch.setattr(dmu, "HF_MODULES_CACHE", str(tmp_path / "modules"))
     model = tmp_path / "toy"
@@ -372,7 +372,7 @@ def test_remote_code_models_with_nan_weights_stop_at_the_first_pass(tmp_path, mo
 
 
 def test_models_lists_a_diffusion_gemma_that_would_not_load_as_not_usable(gemma_dir, tmp_path):
-    from sharpen.core.catalog import find_checkpoints
+    from sharpen.core.models.catalog import find_checkpoints
 
     for name, breaks in (("fifo", lambda m: fifo(m / "processor_config.json")), ("layers", GEMMA_CASES[1][1])):
         breaks(copy(gemma_dir, tmp_path / "zoo", name))
@@ -381,7 +381,7 @@ def test_models_lists_a_diffusion_gemma_that_would_not_load_as_not_usable(gemma_
 
 
 def test_models_checks_a_native_config_against_its_headers_as_loading_does(tiny_model_dir, tmp_path):
-    from sharpen.core.catalog import find_checkpoints
+    from sharpen.core.models.catalog import find_checkpoints
 
     model = copy(tiny_model_dir, tmp_path / "zoo", "layers")
     edit_json(model / "config.json", lambda c: c.update(n_layers=3))

@@ -8,7 +8,7 @@ from safetensors.torch import load_file, save_file
 
 from checkpoints import write_tiny_sharpen
 from sharpen.core.errors import ModelError
-from sharpen.core.loading import load_denoiser, save_checkpoint
+from sharpen.core.models.loading import load_denoiser, save_checkpoint
 
 
 def test_round_trip_keeps_weights_and_special_ids(tiny_model_dir, tiny_denoiser, tmp_path):
@@ -161,7 +161,7 @@ def test_load_peak_stays_near_the_loaded_size(dream_60m, dtype, quantize, device
 def test_shards_read_rows_in_chunks_equal_to_the_whole_tensor(tmp_path):
     from safetensors.torch import save_file
 
-    from sharpen.core.shards import Shards
+    from sharpen.core.models.shards import Shards
 
     tensors = {"a": torch.randn(37, 5), "b": torch.randn(11).to(torch.bfloat16), "c": torch.randn(3, 4, 2).to(torch.float16)}
     save_file(tensors, str(tmp_path / "w.safetensors"))
@@ -206,7 +206,7 @@ def test_loading_skips_weight_init_and_never_imports_dynamo(tiny_model_dir):
 
     code = (
         "import sys\n"
-        "from sharpen.core.loading import load_denoiser\n"
+        "from sharpen.core.models.loading import load_denoiser\n"
         "from sharpen.core.engine import apply_edit\n"
         "from sharpen.core.spans import Span\n"
         f"den = load_denoiser({str(tiny_model_dir)!r})\n"
@@ -220,7 +220,7 @@ def test_loading_skips_weight_init_and_never_imports_dynamo(tiny_model_dir):
 def test_on_meta_device_restores_weight_init_even_after_an_error():
     from torch import nn
 
-    from sharpen.core.model import on_meta_device
+    from sharpen.core.models.model import on_meta_device
 
     before = nn.Linear.reset_parameters, nn.Embedding.reset_parameters
     with pytest.raises(RuntimeError):

@@ -1,4 +1,4 @@
-"""Mixture-of-experts backbone (core/moe.py) and the LLaDA2 / SDAR-MoE families (core/families/).
+"""Mixture-of-experts backbone (core/models/moe.py) and the LLaDA2 / SDAR-MoE families (core/models/families/).
 
 The reference for LLaDA2 is its release's own modeling code, run once by
 tests/golden/llada2_reference.py on the tiny checkpoint of tests/moe_checkpoints.py (golden:
@@ -15,12 +15,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from moe_checkpoints import write_llada2
-from sharpen.core.derived import Derived, DerivedShards, derive_tensors, derived_shapes
+from sharpen.core.models.derived import Derived, DerivedShards, derive_tensors, derived_shapes
 from sharpen.core.errors import ModelError
-from sharpen.core.loading import load_denoiser
-from sharpen.core.model import Attend, block_causal_mask
-from sharpen.core.moe import MoEFeedForward, MoESpec, route, run_experts
-from sharpen.core.shards import Shards
+from sharpen.core.models.loading import load_denoiser
+from sharpen.core.models.model import Attend, block_causal_mask
+from sharpen.core.models.moe import MoEFeedForward, MoESpec, route, run_experts
+from sharpen.core.models.shards import Shards
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "llada2_tiny.json").read_text())
 TEXT = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"
@@ -257,11 +257,11 @@ def test_sdar_moe_logits_and_expert_choices_equal_transformers_qwen3_moe_block_c
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 def test_quantize_reaches_the_experts(tmp_path, kind):
-    """--quantize int8 / int4 quantizes every expert as it is read (core/assemble.py): no float
+    """--quantize int8 / int4 quantizes every expert as it is read (core/models/assemble.py): no float
     expert tensor is left, the experts' bytes shrink to the quantized width, and the logits stay
     close to the float model's. int4's kernels need in_features a multiple of 128: a wider shape."""
-    from sharpen.core.moe import QuantizedExperts
-    from sharpen.core.quantize import Int4Linear, Int8Linear
+    from sharpen.core.models.moe import QuantizedExperts
+    from sharpen.core.models.quantize import Int4Linear, Int8Linear
 
     shape = dict(d=128, head_dim=32, expert_hidden=128, dense_hidden=256) if kind == "int4" else {}
     ckpt = write_llada2(tmp_path / "m", version="2.1", head_scale=3.0, **shape)
@@ -276,7 +276,7 @@ def test_quantize_reaches_the_experts(tmp_path, kind):
     assert expert_bytes < float_bytes * (0.3 if kind == "int8" else 0.2)  # float32 -> 1 byte (+ scales) or 4 bits
     # The same tokens through the same experts: the quantized layer's output is the float one's
     # within the width's error (int4 on random Gaussian weights: ~10% per product, ~17% through a SwiGLU).
-    from sharpen.core.moe import run_experts, run_quantized_experts
+    from sharpen.core.models.moe import run_experts, run_quantized_experts
 
     dim = layer.router.shape[1]
     x = torch.randn(24, dim, generator=torch.Generator().manual_seed(4))
@@ -292,7 +292,7 @@ def test_quantize_reaches_the_experts(tmp_path, kind):
 
 
 def test_moe_releases_are_sized_by_total_and_active_parameters():
-    from sharpen.core.memory_fit import KNOWN_RELEASES, Machine, active_parameters, footprint, parameter_split, verdict
+    from sharpen.core.models.memory_fit import KNOWN_RELEASES, Machine, active_parameters, footprint, parameter_split, verdict
 
     def billions(cfg):
         return sum(parameter_split(cfg)) / 1e9, active_parameters(cfg) / 1e9
@@ -361,7 +361,7 @@ def test_llada2_with_the_release_ids_and_vocabulary(tmp_path):
 
 def test_sdar_moe_int8_experts_of_an_odd_width_run(tmp_path):
     """SDAR-MoE's tiny experts are 24 wide: torch's bfloat16 int8 CPU kernel crashes the process
-    when K is not a multiple of 16, so such layers take the float32 path (core/quantize.py)."""
+    when K is not a multiple of 16, so such layers take the float32 path (core/models/quantize.py)."""
     from moe_checkpoints import write_sdar_moe
 
     den = load_denoiser(write_sdar_moe(tmp_path / "sdar-moe"), quantize="int8")

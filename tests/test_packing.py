@@ -4,7 +4,7 @@ import copy
 import pytest
 import torch
 
-from sharpen.core.model import ModelConfig, Transformer
+from sharpen.core.models.model import ModelConfig, Transformer
 
 
 def _pair(**overrides):
@@ -49,7 +49,7 @@ def test_tied_head_on_cpu_packs_into_the_one_shared_matrix():
 
 
 def test_loaded_models_are_packed(tiny_model_dir):
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     model = load_denoiser(tiny_model_dir).model
     assert all(block.attn.packed is not None and block.ffn.packed is not None for block in model.layers)
@@ -61,8 +61,8 @@ def _read_then_pack(path, dtype):
     """The loader before it streamed (the oracle): every tensor read whole, assigned, then packed."""
     from safetensors.torch import load_file
 
-    from sharpen.core.loading import model_config, read_config, source_names, weight_files
-    from sharpen.core.model import on_meta_device
+    from sharpen.core.models.loading import model_config, read_config, source_names, weight_files
+    from sharpen.core.models.model import on_meta_device
 
     family, cfg = model_config(path, read_config(path))
     tensors = {}
@@ -95,7 +95,7 @@ def test_streamed_load_is_bit_identical_to_read_then_pack(family, dtype, tmp_pat
     from checkpoints import write_tiny_sharpen
     from family_checkpoints import write_dream, write_llada, write_open_dcoder
 
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     path = {
         "sharpen": lambda p: write_tiny_sharpen(p),

@@ -1,4 +1,4 @@
-"""core/quantize.py: int8 / int4 linears on PyTorch's own kernels, quantized as the weights are read."""
+"""core/models/quantize.py: int8 / int4 linears on PyTorch's own kernels, quantized as the weights are read."""
 from __future__ import annotations
 
 import subprocess
@@ -10,8 +10,8 @@ from torch import nn
 
 from checkpoints import write_tiny_sharpen
 from sharpen.core.errors import UsageError
-from sharpen.core.loading import load_denoiser
-from sharpen.core.quantize import Int4Linear, Int8Linear, QuantizedLinear, check_quantization, int8_needs_compile, quantize_backbone
+from sharpen.core.models.loading import load_denoiser
+from sharpen.core.models.quantize import Int4Linear, Int8Linear, QuantizedLinear, check_quantization, int8_needs_compile, quantize_backbone
 
 
 def _dequantized_int8(q: Int8Linear) -> torch.Tensor:
@@ -116,9 +116,9 @@ def test_quantized_with_a_device_map_is_quantized_and_offloads(dim128):
 
 
 def test_placement_sizes_the_quantized_model(dim128):
-    from sharpen.core.loading import model_config, read_config
-    from sharpen.core.placement import fits_one_device, plan
-    from sharpen.core.quantize import weight_bytes
+    from sharpen.core.models.loading import model_config, read_config
+    from sharpen.core.models.placement import fits_one_device, plan
+    from sharpen.core.models.quantize import weight_bytes
 
     _, cfg = model_config(dim128, read_config(dim128))
     full, int8 = plan(cfg, torch.float32, {"cpu": 2**30}), plan(cfg, torch.float32, {"cpu": 2**30}, "int8")
@@ -179,7 +179,7 @@ def test_int8_on_cuda_without_compile_says_so():
 
 
 def test_experts_int4_on_the_cpu_is_one_line():
-    from sharpen.core.quantize import quantize_experts_model
+    from sharpen.core.models.quantize import quantize_experts_model
 
     with pytest.raises(UsageError, match="int4 for DiffusionGemma needs a CUDA GPU") as err:
         quantize_experts_model(nn.Sequential(nn.Linear(4, 4)), "int4")
@@ -207,8 +207,8 @@ def test_the_fit_check_sizes_what_the_loader_builds_on_a_gpu(name):
     loader's quantized layers take for the release's shapes on CUDA (built on the meta device)."""
     from accelerate.utils import compute_module_sizes
 
-    from sharpen.core.memory_fit import KNOWN_RELEASES, footprint
-    from sharpen.core.placement import meta_backbone
+    from sharpen.core.models.memory_fit import KNOWN_RELEASES, footprint
+    from sharpen.core.models.placement import meta_backbone
 
     _, cfg = KNOWN_RELEASES[name]
     for kind in ("int8", "int4"):

@@ -16,7 +16,7 @@ import torch
 
 from family_checkpoints import write_dream_release, write_llada
 from sharpen.core.errors import ModelError
-from sharpen.core.loading import embedded_model_path, load_denoiser
+from sharpen.core.models.loading import embedded_model_path, load_denoiser
 from sharpen.core.tokenizer import Tokenizer
 from sharpen.kernels import reference
 

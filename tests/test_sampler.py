@@ -176,7 +176,7 @@ def test_top_k_and_top_p_filter():
 def test_cached_chunks_match_a_full_pass_on_an_unchanged_canvas(tiny_denoiser, shift):
     import dataclasses
 
-    from sharpen.core.denoiser import Denoiser
+    from sharpen.core.models.denoiser import Denoiser
 
     den = Denoiser(tiny_denoiser.model, tiny_denoiser.tokenizer, dataclasses.replace(tiny_denoiser.spec, shift_logits=shift))
     x = torch.randint(3, 300, (2, 24))
@@ -385,7 +385,7 @@ def test_a_step_reads_the_device_once(tiny_denoiser, settings, shift):
     # (Denoiser._finite): such a block's first step reads twice.
     from torch.overrides import TorchFunctionMode
 
-    from sharpen.core.denoiser import Denoiser
+    from sharpen.core.models.denoiser import Denoiser
 
     calls: list[str] = []
 

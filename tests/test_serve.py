@@ -409,7 +409,7 @@ def chat_server(tmp_path_factory):
 def test_openai_chat_streamed_with_diffusing_sends_one_whole_draft_per_step(chat_server):
     import openai
 
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
 
     url, model = chat_server
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=60)

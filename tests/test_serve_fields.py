@@ -248,7 +248,7 @@ def test_the_startup_line_says_whether_concurrent_runs_share_passes(denoiser, tm
     from block_checkpoints import write_sdar
 
     from sharpen.app.serve.main import sharing
-    from sharpen.core.loading import load_denoiser
+    from sharpen.core.models.loading import load_denoiser
     from sharpen.core.run import Runner
 
     assert sharing(Runner(denoiser, batch=8), 8) == "up to 8 runs share each forward pass"

@@ -11,7 +11,7 @@ from train import corpus
 from train.data import Batches, InfillConfig, infill_example, mask_batch, token_stream
 from train.train import causal_attention, diffusion_loss, init_weights, lr_at, make_optimizer, next_token_loss
 
-from sharpen.core.model import Transformer, preset
+from sharpen.core.models.model import Transformer, preset
 from sharpen.core.tokenizer import train_byte_bpe
 
 SOURCE = "\n".join(
@@ -169,7 +169,7 @@ def test_warm_start_attention_is_causal_only_inside_the_context():
 
 
 def test_export_shards_large_weights_and_loads_back(tmp_path, tokenizer):
-    from sharpen.core.loading import INDEX_FILE, load_denoiser
+    from sharpen.core.models.loading import INDEX_FILE, load_denoiser
     from train.export import export, ship
 
     torch.manual_seed(0)

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from sharpen.core.engine import apply_edit
-from sharpen.core.loading import load_denoiser
+from sharpen.core.models.loading import load_denoiser
 from sharpen.core.settings import Sampling
 from sharpen.core.spans import Span
 

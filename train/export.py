@@ -2,7 +2,7 @@
 
 The package ships weights as safetensors; files over `shard_bytes` (16 MiB by default, so
 no single file in the wheel or the git history is large) are split into shards with a
-model.safetensors.index.json, which core/loading.py reads like any sharded checkpoint.
+model.safetensors.index.json, which core/models/loading.py reads like any sharded checkpoint.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-from sharpen.core.loading import INDEX_FILE, save_checkpoint
+from sharpen.core.models.loading import INDEX_FILE, save_checkpoint
 
 log = logging.getLogger(__name__)
 

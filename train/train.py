@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sharpen.core.model import Transformer, preset
+from sharpen.core.models.model import Transformer, preset
 from sharpen.core.tokenizer import Tokenizer, train_byte_bpe
 
 from .data import Batches, mask_batch, read_jsonl, token_stream
@@ -93,7 +93,7 @@ def autocast(device: torch.device):
 def causal_attention():
     """Make the backbone's attention causal (for the warm-start phase) without touching it.
 
-    core/model.py calls `F.scaled_dot_product_attention(..., is_causal=False)` through its
+    core/models/model.py calls `F.scaled_dot_product_attention(..., is_causal=False)` through its
     module-level `F`; we swap that name for a shim while the context is open.
     tests/test_training.py checks that this really makes the model causal.
     """

@@ -2,7 +2,7 @@
 
     frames = run_loop(denoiser, canvas, settings, should_stop, rules)
 
-A model's `spec.loop` (core/denoiser.py LOOPS) names its kind; `LOOP_PROTOCOLS` says what
+A model's `spec.loop` (core/models/denoiser.py LOOPS) names its kind; `LOOP_PROTOCOLS` says what
 each kind's loop reads from a model (tests/test_families.py holds every loaded model to the
 protocol of its kind), and `run_loop` starts the loop for the kind. Every loop yields
 core.loops.frame.Frame values, so front ends draw all kinds the same way.
@@ -21,9 +21,9 @@ from typing import Callable, Iterator, Protocol, runtime_checkable
 import torch
 
 from ..canvas import Canvas
-from ..denoiser import LOOPS, DenoiserLike, ModelSpec
+from ..models.denoiser import LOOPS, DenoiserLike, ModelSpec
 from ..errors import ModelError
-from ..model import Attend, KVCache
+from ..models.model import Attend, KVCache
 from ..settings import Sampling
 from ..tokenizer import Tokenizer
 from .block import chained

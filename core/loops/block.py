@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..canvas import Canvas
-from ..model import Attend, block_causal_mask
+from ..models.model import Attend, block_causal_mask
 from ..settings import Sampling
 from .frame import Frame, finished_rows, slot_states
 

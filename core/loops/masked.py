@@ -41,7 +41,7 @@ import torch
 from ...kernels import step as kernels
 from ...kernels.reference import row_keys, seed_key
 from ..canvas import Canvas
-from ..denoiser import DenoiserLike
+from ..models.denoiser import DenoiserLike
 from ..errors import UsageError
 from ..settings import CPU_BLOCK_SIZE, Sampling, default_block_size
 from .frame import Frame, slot_states

@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 import torch
 
 from ..canvas import Canvas
-from ..model import Attend
+from ..models.model import Attend
 from ..settings import Sampling
 from .block import prefill_prompt, sample
 from .frame import Frame, finished_rows, slot_states

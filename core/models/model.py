@@ -35,7 +35,7 @@ class ModelConfig:
     head_dim: int | None = None  # per-head width; None means dim // n_heads (LLaDA2 and Qwen3 state it in config.json)
     qk_norm: bool = False  # RMSNorm over each head's queries and keys before rotary (Qwen3, LLaDA2's query/key_layernorm)
     rotary_dim: int | None = None  # leading dims of each head that rotate; None: all (LLaDA2 rotates half: partial_rotary_factor 0.5)
-    moe: MoESpec | None = None  # mixture-of-experts feed-forward (core/moe.py); None: dense in every layer
+    moe: MoESpec | None = None  # mixture-of-experts feed-forward (core/models/moe.py); None: dense in every layer
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "n_layers", "n_heads", "max_seq_len"):
@@ -356,7 +356,7 @@ class Transformer(nn.Module):
             self.output.weight = self.embed.weight
         self._rope: torch.Tensor | None = None  # [L, 2, 2, D/2] in the activations' dtype, see rope
         self.packed_output: torch.Tensor | None = None  # [dim, V] inference layout, see pack
-        # Set by core/placement.py when the layers are spread over devices (accelerate): where
+        # Set by core/models/placement.py when the layers are spread over devices (accelerate): where
         # each layer's keys/values live (a hook would otherwise copy the cache to the layer on
         # every call, and a chunked pass's in-place writes would be lost), and where hidden
         # states and logits come back to. None: everything on the embedding's device.

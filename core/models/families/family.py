@@ -1,6 +1,6 @@
 """What a model family is: pure data that says how a checkpoint maps onto the one backbone.
 
-Each member module of core/families defines one Family value; core/families/__init__.py
+Each member module of core/families defines one Family value; core/models/families/__init__.py
 lists them in one tuple. Detection reads `model_type` from config.json, never the path.
 """
 from __future__ import annotations
@@ -22,9 +22,9 @@ class Family:
     skip_keys: tuple[str, ...] = ()  # checkpoint keys with no counterpart (rotary caches, ...)
     tempered_scores: bool = False  # the reference ranks commits by the tempered probability (see ModelSpec)
     default_refresh: str = "canvas"  # Fast-dLLM's published refresh; the embedded model measured block as well
-    # Backbone tensors no single checkpoint tensor holds (fused q|k|v, per-expert matrices): core/derived.py
+    # Backbone tensors no single checkpoint tensor holds (fused q|k|v, per-expert matrices): core/models/derived.py
     derived: Callable[[ModelConfig], dict] | None = None
-    loop: str = "masked"  # the denoising loop its models run (core/denoiser.py LOOPS)
+    loop: str = "masked"  # the denoising loop its models run (core/models/denoiser.py LOOPS)
     block_rule: Callable[[dict], object] | None = None  # block-causal: config.json -> core.denoiser.BlockRule
     # Where model_type alone is not enough (Stable-DiffCoder says "llama"): config.json -> is it this family?
     matches: Callable[[dict], bool] | None = None

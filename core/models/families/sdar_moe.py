@@ -1,9 +1,9 @@
 """SDAR-30B-A3B (JetAstra): block diffusion on a Qwen3-MoE backbone, `model_type: sdar_moe`.
 
 Continued from Qwen3-30B-A3B, so its weights carry Qwen3-MoE's names: the dense SDAR attention
-(q/k/v/o, per-head q/k RMSNorm; core/families/sdar.py) and in every layer a router
+(q/k/v/o, per-head q/k RMSNorm; core/models/families/sdar.py) and in every layer a router
 `mlp.gate` [E, dim] and one matrix per expert and projection `mlp.experts.{j}.{gate,up,down}_proj`,
-packed at load into [E, out, in] (core/derived.py). Routing is Qwen3-MoE's (transformers'
+packed at load into [E, out, in] (core/models/derived.py). Routing is Qwen3-MoE's (transformers'
 Qwen3MoeTopKRouter, JetEngine's SDARMoeSparseMoeBlock): softmax over the experts in float32,
 top `num_experts_per_tok`, renormalised when `norm_topk_prob`; no shared expert, no bias.
 Blocks of `block_size` (4), mask `<|MASK|>`, chat template and loop as the dense SDAR.

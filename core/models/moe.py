@@ -137,7 +137,7 @@ def run_experts(x: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor, ga
 
 def run_quantized_experts(x: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor, experts: "QuantizedExperts") -> torch.Tensor:
     """run_experts for int8 / int4 experts: the same sort by expert, one quantized product per
-    active expert (core/quantize.py's kernels read the weights in their stored width)."""
+    active expert (core/models/quantize.py's kernels read the weights in their stored width)."""
     n, k = chosen.shape
     flat = chosen.reshape(-1)  # [N k]
     order = flat.argsort(stable=True)
@@ -155,9 +155,9 @@ def run_quantized_experts(x: torch.Tensor, chosen: torch.Tensor, weights: torch.
 
 
 class QuantizedExperts(nn.Module):
-    """One layer's experts as core/quantize.py's int8 / int4 linears, one per expert and
+    """One layer's experts as core/models/quantize.py's int8 / int4 linears, one per expert and
     projection (gate|up [2F, D], down [D, F]), filled expert by expert as the loader reads them
-    (core/assemble.py): the full-precision experts never exist whole."""
+    (core/models/assemble.py): the full-precision experts never exist whole."""
 
     def __init__(self, gate_up: list[QuantizedLinear], down: list[QuantizedLinear]) -> None:
         super().__init__()

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import ModelError
+from ..errors import ModelError
 from .model import ModelConfig, Transformer, on_meta_device
-from .settings import parse_max_memory, parse_size  # noqa: F401  (the placement API: sizes as users write them)
+from ..settings import parse_max_memory, parse_size  # noqa: F401  (the placement API: sizes as users write them)
 
 log = logging.getLogger(__name__)
 

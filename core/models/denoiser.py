@@ -13,10 +13,10 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from .compiled import CompiledSampler, CompiledStep
-from .errors import ModelError
+from ..errors import ModelError
 from .model import FULL, Attend, KVCache, Transformer
-from .settings import PROMPT_FORMS, default_block_size
-from .tokenizer import Tokenizer
+from ..settings import PROMPT_FORMS, default_block_size
+from ..tokenizer import Tokenizer
 
 # The kinds of denoising loop (core/loops/), one per way a model turns noise into text; a
 # model declares its kind in ModelSpec.loop and the engine picks the loop from it:
@@ -204,7 +204,7 @@ class Denoiser:
         where the backbone's row p-1 predicts position p, the positions before it). Without
         `run` the whole canvas is computed, and written into `cache` when one is given. Only
         the wanted rows are projected to the vocabulary, which is most of the cost for large
-        vocabularies. `attend` is the backbone's attention policy (core/model.py Attend): the
+        vocabularies. `attend` is the backbone's attention policy (core/models/model.py Attend): the
         block-causal loop passes its masks and read-only cache through it.
         """
         T = x.shape[1]
@@ -262,7 +262,7 @@ class Denoiser:
 
     def compiled_sampler(self, fn):
         """`fn` (the loop's sampling math) compiled alongside the step once this denoiser is
-        compiled (core/compiled.py CompiledSampler), else `fn` itself."""
+        compiled (core/models/compiled.py CompiledSampler), else `fn` itself."""
         if self._step is None:
             return fn
         if fn not in self._samplers:
@@ -270,11 +270,11 @@ class Denoiser:
         return self._samplers[fn]
 
     def compile(self, mode: str = "default", backend: str = "inductor", notify=None, progress=None) -> None:
-        """Compile the backbone's passes with torch.compile (see COMPILE_MODES and core/compiled.py).
+        """Compile the backbone's passes with torch.compile (see COMPILE_MODES and core/models/compiled.py).
 
         "reduce-overhead" records CUDA graphs: one launch per pass instead of one per
         kernel, which is most of a small model's step time on a GPU. Shapes are bucketed
-        (core/compiled.py), so a session compiles and records a handful of graphs, not one per
+        (core/models/compiled.py), so a session compiles and records a handful of graphs, not one per
         edit. "auto" is reduce-overhead on CUDA, compiled ahead of the first edit (`progress`
         gets a line before and after), and nothing on a CPU, where eager is faster to start.
         Any failure to compile or record runs the step eagerly from then on (`notify` gets

@@ -7,7 +7,7 @@ Qwen2 checkpoint has the same config but no mask token: it is refused, not run.
 """
 from __future__ import annotations
 
-from ..errors import ModelError
+from ...errors import ModelError
 from . import hf
 from .family import Family
 from .dream import QWEN2_SKIP, QWEN2_WEIGHT_MAP, qwen2_config

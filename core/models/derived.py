@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import ModelError
+from ..errors import ModelError
 from .shards import RowSource
 
 
@@ -102,7 +102,7 @@ def derive_tensors(tensors: dict[str, torch.Tensor], derived: dict[str, Derived]
 
 @dataclass(frozen=True)
 class _Entry:
-    """What a loader reads of a table entry (core/shards.py Entry): dtype, shape, bytes per row."""
+    """What a loader reads of a table entry (core/models/shards.py Entry): dtype, shape, bytes per row."""
 
     dtype: torch.dtype
     shape: tuple[int, ...]
@@ -113,7 +113,7 @@ class _Entry:
 
 
 class DerivedShards(RowSource):
-    """A checkpoint's shards (core/shards.py Shards) with derived tensors added, read by rows like
+    """A checkpoint's shards (core/models/shards.py Shards) with derived tensors added, read by rows like
     stored ones: `entries`, `shapes`, `rows`, `read`, `chunks` as Shards has them. Rows of a
     derived tensor are copied from its parts' rows into one reused buffer (valid until the next
     read, as Shards' own): a fresh allocation per chunk would leave the allocator's heap

@@ -3,7 +3,7 @@
 A checkpoint is a directory with config.json, model weights as safetensors (one file, or
 shards listed in model.safetensors.index.json) and tokenizer.json. The backbone is built
 on the meta device; every key and shape is checked against the shards' headers, and then
-each weight is read a chunk at a time straight into its final place (core/assemble.py):
+each weight is read a chunk at a time straight into its final place (core/models/assemble.py):
 the load peaks at the loaded model's size, not at the checkpoint's plus the model's.
 """
 from __future__ import annotations
@@ -21,12 +21,12 @@ from . import families, untrusted
 from .assemble import assemble
 from .derived import DerivedShards
 from .denoiser import Denoiser, ModelSpec
-from .errors import ModelError
+from ..errors import ModelError
 from .families.hf import GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY, read_generation_config, read_tokenizer_config
 from .model import ModelConfig, Transformer, on_meta_device
 from .quantize import check_quantization
 from .shards import Shards
-from .tokenizer import Tokenizer
+from ..tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def read_config(path: Path) -> dict:
         raise ModelError(f"model directory not found: {path}")
     if not config_file.exists():
         raise ModelError(f"no config.json in model directory {path}")
-    config = untrusted.read_json(config_file)  # regular, bounded, finite numbers (core/untrusted.py)
+    config = untrusted.read_json(config_file)  # regular, bounded, finite numbers (core/models/untrusted.py)
     if not isinstance(config, dict):
         raise ModelError(f"{config_file} is not a JSON object")
     untrusted.check_numbers(config, str(config_file))
@@ -173,7 +173,7 @@ def load_denoiser(
 
     With a `device_map` (module name -> GPU index, "cpu" or "disk"; see placement.py) the
     model is spread over those devices by accelerate instead, run from the embedding's device.
-    `quantize` ("int8" | "int4"): weight-only quantization of every linear layer (core/quantize.py),
+    `quantize` ("int8" | "int4"): weight-only quantization of every linear layer (core/models/quantize.py),
     done as the weights are read: the full-precision model never exists in memory.
     """
     require_torch()

@@ -12,7 +12,7 @@ package can be missing on the day a GPU runs them:
   "tinygemm" convention: w = (q - 8) * scale + zero). CUDA: `torch._weight_int4pack_mm`
   (tensor cores, sm80+); CPU: `torch._weight_int4pack_mm_for_cpu`. The packed layouts tile
   rows in blocks (8 on CUDA, 64 on the CPU), so a weight quantizes and packs block by block:
-  the loader never holds a whole full-precision matrix (core/assemble.py).
+  the loader never holds a whole full-precision matrix (core/models/assemble.py).
 
 Quantized models run the unpacked layout (the packed input-major matrices are a float layout);
 the embedding stays in the load dtype. DiffusionGemma's experts (transformers' own modules)
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import UsageError
+from ..errors import UsageError
 
 QUANTIZATIONS = ("int8", "int4")
 INT4_GROUP = 128  # input columns per int4 scale/zero pair (torchao's and gpt-fast's default)
@@ -180,7 +180,7 @@ def quantized_linear(kind: str, linear: nn.Linear, dtype: torch.dtype, device, k
 @torch.no_grad()
 def quantize_backbone(model: nn.Module, kind: str) -> nn.Module:
     """Quantize every nn.Linear of a materialised, unpacked `model` in place; returns the model.
-    (A checkpoint never goes this way: the loader quantizes as it reads, core/assemble.py.)"""
+    (A checkpoint never goes this way: the loader quantizes as it reads, core/models/assemble.py.)"""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if not isinstance(child, nn.Linear):

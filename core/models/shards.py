@@ -22,7 +22,7 @@ from typing import BinaryIO, Iterator
 import torch
 
 from . import untrusted
-from .errors import ModelError
+from ..errors import ModelError
 
 # safetensors dtype names -> torch dtypes (the floating ones a checkpoint's weights come in).
 DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
@@ -74,7 +74,7 @@ def read_header(file: Path, handle: BinaryIO) -> dict[str, Entry]:
 class RowSource:
     """What a loader reads tensors through, by rows: `entries` (name -> dtype, shape, row_bytes),
     `chunk_bytes` and `rows()` / `close()` are the source's own; the rest is built on them, once
-    for the stored tensors (Shards) and the derived ones (core/derived.py DerivedShards)."""
+    for the stored tensors (Shards) and the derived ones (core/models/derived.py DerivedShards)."""
 
     entries: dict
     chunk_bytes: int
@@ -133,7 +133,7 @@ class Shards(RowSource):
     def _open(self, file: Path) -> BinaryIO:
         """The one place a weights file is opened."""
         if file not in self._handles:
-            # Checked on its descriptor (core/untrusted.py): a FIFO or a device swapped in for a shard is refused.
+            # Checked on its descriptor (core/models/untrusted.py): a FIFO or a device swapped in for a shard is refused.
             self._handles[file] = untrusted.open_regular(file)
         return self._handles[file]
 

@@ -17,10 +17,10 @@ import torch
 
 from . import untrusted
 from .denoiser import ModelSpec, banned_token_ids, check_finite
-from .errors import ModelError
+from ..errors import ModelError
 from .families import hf
 from .loading import default_dtype, read_config
-from .tokenizer import Tokenizer
+from ..tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """Our own family (the embedded default model): config names and weight names are the backbone's."""
 from __future__ import annotations
 
-from ..errors import ModelError
+from ...errors import ModelError
 from ..model import ModelConfig
-from ..tokenizer import EOS_TOKEN, MASK_TOKEN, PAD_TOKEN
+from ...tokenizer import EOS_TOKEN, MASK_TOKEN, PAD_TOKEN
 from .family import Family
 from .hf import chat_template
 

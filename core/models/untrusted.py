@@ -28,7 +28,7 @@ import struct
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import ModelError, SharpenError
+from ..errors import ModelError, SharpenError
 
 # Bounds per kind of file: far above any release (Gemma's tokenizer.json is 33 MiB, a shard
 # index a few hundred KiB), far below what would exhaust a machine's memory.

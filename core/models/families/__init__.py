@@ -1,6 +1,6 @@
 """Model families: how a checkpoint's files map onto the one backbone.
 
-A family is pure data plus two small functions (core/families/family.py): how its
+A family is pure data plus two small functions (core/models/families/family.py): how its
 config.json becomes a ModelConfig, how its weight names map onto ours (declarative
 templates with `{i}` for the layer index), and how its special ids are found. Detection
 reads `model_type` from config.json, never the path. Every family is listed in FAMILIES.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ModelError
+from ...errors import ModelError
 from . import dream, fast_dllm, llada, llada2, open_dcoder, sdar, sdar_moe, seed_diffcoder, sharpen_native
 from .family import Family, expand_weight_map
 
@@ -19,12 +19,12 @@ FAMILIES: tuple[Family, ...] = (sharpen_native.SHARPEN, llada.LLADA, dream.DREAM
                                 sdar_moe.SDAR_MOE, seed_diffcoder.STABLE_DIFFCODER,
                                 fast_dllm.FAST_DLLM_V2)
 # Releases recognised from config.json that sharpen cannot run yet: one line, exit 4, never a guess.
-NOT_YET: dict[str, str] = {}  # (SDAR-30B-A3B, sdar_moe, runs since core/moe.py)
+NOT_YET: dict[str, str] = {}  # (SDAR-30B-A3B, sdar_moe, runs since core/models/moe.py)
 # Families that do not map onto the backbone: they load through transformers' own model class.
 # model_type -> (family, loop kind)
-TRANSFORMERS_FAMILIES = {"diffusion_gemma": ("diffusion_gemma", "random-token")}  # core/gemma.py
-# How a checkpoint is loaded: mapped onto core/model.py (core/loading.py), through transformers'
-# own class (core/gemma.py), or through the checkpoint's own code on the user's opt-in (core/remote.py).
+TRANSFORMERS_FAMILIES = {"diffusion_gemma": ("diffusion_gemma", "random-token")}  # core/models/families/diffusion_gemma.py
+# How a checkpoint is loaded: mapped onto core/models/model.py (core/models/loading.py), through transformers'
+# own class (core/models/families/diffusion_gemma.py), or through the checkpoint's own code on the user's opt-in (core/models/remote_code.py).
 LOADERS = ("backbone", "transformers", "remote")
 
 
@@ -33,7 +33,7 @@ class Route:
     """Where a checkpoint goes, decided from its config.json alone, before anything is loaded."""
 
     loader: str  # one of LOADERS
-    loop: str  # the denoising loop its model runs (core/denoiser.py LOOPS)
+    loop: str  # the denoising loop its model runs (core/models/denoiser.py LOOPS)
     family: str  # registry name, or the config's model_type for remote code
 
 

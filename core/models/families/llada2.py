@@ -11,7 +11,7 @@ arithmetic, as that file does it:
   mixture of experts: sigmoid router in float32 with `expert_bias` for selection only,
   group-limited top-k (`n_group`, `topk_group`), weights renormalised (the code does it for any
   top_k > 1, whatever `norm_topk_prob` says) and scaled by `routed_scaling_factor`, plus
-  `num_shared_experts` shared experts as one MLP (core/moe.py);
+  `num_shared_experts` shared experts as one MLP (core/models/moe.py);
 - `word_embeddings`, final `norm`, untied `lm_head`; logits not shifted.
 Special tokens come from the tokenizer: `<|mask|>` (156895 in the releases), `<|endoftext|>`
 (156892, also config.json's pad_token_id), `<|role_end|>` ending a chat turn.
@@ -26,7 +26,7 @@ from . import hf
 from .family import Family
 
 _LAYER = "model.layers.{i}."
-# Derived names (core/derived.py): q / k / v rows of the fused matrix, the experts packed [E, out, in].
+# Derived names (core/models/derived.py): q / k / v rows of the fused matrix, the experts packed [E, out, in].
 QKV = _LAYER + "attention.query_key_value.weight"
 QKV_BIAS = _LAYER + "attention.query_key_value.bias"
 EXPERTS = _LAYER + "mlp.experts.{part}"

@@ -5,7 +5,7 @@
 
 Sizes are computed from the backbone's ModelConfig (the same numbers the loader builds), so a
 local checkpoint and a known release are judged alike. Quantized sizes follow the weight-only
-layouts of core/quantize.py: int8 keeps one scale per output row, int4 one scale and zero
+layouts of core/models/quantize.py: int8 keeps one scale per output row, int4 one scale and zero
 point per group of 128 weights; the embedding stays in the load dtype (bfloat16 on a GPU).
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .moe import MoESpec
 
 PRECISIONS = ("float32", "bfloat16", "int8", "int4")
 BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "int4": 0.5}
-INT4_GROUP = 128  # core/quantize.py's int4 group size
+INT4_GROUP = 128  # core/models/quantize.py's int4 group size
 SLOT_ALLOWANCE = 256  # canvas slots on top of the context: a long infill's worth
 TIGHT = 0.85  # above this share of free memory a load is "tight": activations and the allocator need the rest
 
@@ -143,7 +143,7 @@ def host_available() -> int:
 
 def fit_table(cfg: ModelConfig, machine: Machine, context_tokens: int = 1024) -> list[tuple[str, Footprint, str, str]]:
     """Per precision: (precision, footprint, on the best GPU, on the CPU). Every precision runs
-    on both (int4 through torch's CPU kernel, core/quantize.py)."""
+    on both (int4 through torch's CPU kernel, core/models/quantize.py)."""
     rows = []
     for precision in PRECISIONS:
         need = footprint(cfg, precision, context_tokens)
@@ -161,7 +161,7 @@ def advice(cfg: ModelConfig, machine: Machine, context_tokens: int = 1024) -> st
         if verdict(footprint(cfg, precision, context_tokens).total, machine.best_gpu_free) != "does not fit":
             flag = "--dtype bfloat16" if precision == "bfloat16" else f"--quantize {precision}"
             return f"on the GPU with {flag}"
-    # bfloat16 is slow on CPUs; int4 runs there too (core/quantize.py), but not DiffusionGemma's
+    # bfloat16 is slow on CPUs; int4 runs there too (core/models/quantize.py), but not DiffusionGemma's
     # (torchao's tile-packed layout is a CUDA kernel).
     on_cpu = ("float32", "int8") if isinstance(cfg, WeightsOnly) else ("float32", "int8", "int4")
     for precision in on_cpu:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import untrusted
 from .denoiser import takes_instructions
-from .errors import ModelError
+from ..errors import ModelError
 from .families import TRANSFORMERS_FAMILIES
 from .families.hf import TOKENIZER_CONFIG_KEY, read_tokenizer_config
 from .loading import check_against_weights, embedded_model_path, model_config, read_config, weight_files
@@ -45,7 +45,7 @@ class CheckpointInfo:
 
 
 def read_header(file: Path) -> dict:
-    """The JSON header of a safetensors file, checked (core/untrusted.py); truncated is a ModelError."""
+    """The JSON header of a safetensors file, checked (core/models/untrusted.py); truncated is a ModelError."""
     return untrusted.safetensors_header(file, _DTYPES)
 
 
@@ -82,8 +82,8 @@ def inspect_checkpoint(path: Path, name: str | None = None, source: str = "dir")
     info = {**base, "params": params, "dtype": dtype, "size_bytes": size}
     if config.get("model_type") in TRANSFORMERS_FAMILIES:  # DiffusionGemma: transformers' own class, no mask token
         try:
-            from .gemma import check_config
-            from .tokenizer import Tokenizer
+            from .families.diffusion_gemma import check_config
+            from ..tokenizer import Tokenizer
 
             check_config(path, config)  # the checks loading makes before transformers builds it
             untrusted.check_directory(path)  # and before it opens the files itself
@@ -100,7 +100,7 @@ def inspect_checkpoint(path: Path, name: str | None = None, source: str = "dir")
                                   note="runs its own code: needs --trust-remote-code")
         return CheckpointInfo(**info, family=config.get("model_type"), problem=str(exc))
     try:
-        from .tokenizer import Tokenizer
+        from ..tokenizer import Tokenizer
 
         # What loading checks before building: the layer count and embedding against the headers.
         shapes = {name: tuple(entry["shape"]) for file in weight_files(path) for name, entry in read_header(file).items()

@@ -8,5 +8,5 @@ from . import untrusted
 
 def read_json_object(file: Path) -> dict:
     """The JSON object in `file`: {} when the file is absent or holds no object; a file that is not
-    regular, too large or not JSON is a ModelError (core/untrusted.py)."""
+    regular, too large or not JSON is a ModelError (core/models/untrusted.py)."""
     return untrusted.read_json_object(file)

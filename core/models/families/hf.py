@@ -26,7 +26,7 @@ def read_generation_config(path: Path) -> dict:
 
 def read_tokenizer_config(path: Path) -> dict:
     """tokenizer_config.json of a checkpoint ({} when absent), with chat_template.jinja folded in."""
-    out = read_json_object(path / "tokenizer_config.json")  # checked as untrusted input (core/untrusted.py)
+    out = read_json_object(path / "tokenizer_config.json")  # checked as untrusted input (core/models/untrusted.py)
     jinja = path / "chat_template.jinja"
     if not out.get("chat_template") and jinja.exists():
         out["chat_template"] = untrusted.read_text(jinja, untrusted.TEMPLATE_BYTES)

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 
-from .denoiser import ModelSpec, check_finite
-from .errors import ModelError
-from .families.hf import read_generation_config, read_tokenizer_config
-from .tokenizer import Tokenizer
+from ..denoiser import ModelSpec, check_finite
+from ...errors import ModelError
+from .hf import read_generation_config, read_tokenizer_config
+from ...tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class GemmaDenoiser:
     def banned_ids(self) -> torch.Tensor:
         """Sampling bans nothing (the reference does not); these ids are dropped from the text a run
         writes (core/engine.py): special tokens other than the ends, control bytes, padded rows."""
-        from .denoiser import banned_token_ids
+        from ..denoiser import banned_token_ids
 
         return banned_token_ids(self.tokenizer, self.spec, self.vocab_size).to(self.device)
 
@@ -262,9 +262,9 @@ SAFETENSORS_DTYPES = (*FLOAT_DTYPES, "I64", "I32", "I16", "I8", "U8", "BOOL")  #
 def check_config(path: Path, config: dict) -> None:
     """config.json against what a DiffusionGemma can be and against its weights' headers, before
     transformers builds anything: a layer count or hidden size the weights do not have, a canvas
-    of 0 tokens, sizes no machine could build. As the native families are checked (core/loading.py)."""
-    from . import untrusted
-    from .loading import weight_files
+    of 0 tokens, sizes no machine could build. As the native families are checked (core/models/loading.py)."""
+    from .. import untrusted
+    from ..loading import weight_files
 
     text = config.get("text_config")
     if not isinstance(text, dict):
@@ -321,12 +321,12 @@ def load_gemma(path: Path, device: str = "cpu", dtype: torch.dtype | None = None
     """Load a DiffusionGemma checkpoint directory through transformers' own class.
 
     `quantize` ("int8" | "int4"): torchao weight-only, the experts' 3-D weights included
-    (core/quantize.py); the experts then run one by one, as torchao's tensors need."""
+    (core/models/quantize.py); the experts then run one by one, as torchao's tensors need."""
     DiffusionGemmaForBlockDiffusion = _transformers_class("DiffusionGemmaForBlockDiffusion")
-    from .loading import read_config
-    from .untrusted import check_directory
+    from ..loading import read_config
+    from ..untrusted import check_directory
 
-    config = read_config(path)  # regular, bounded, finite (core/untrusted.py)
+    config = read_config(path)  # regular, bounded, finite (core/models/untrusted.py)
     check_config(path, config)
     check_directory(path)  # transformers opens the files itself: no FIFO or device among them
     tokenizer = Tokenizer.from_directory(path)  # a ModelError naming what is missing
@@ -354,7 +354,7 @@ def load_gemma(path: Path, device: str = "cpu", dtype: torch.dtype | None = None
     if device_map is None:
         model = model.to(device)
     if quantize is not None:
-        from .quantize import quantize_experts_model
+        from ..quantize import quantize_experts_model
 
         try:
             quantize_experts_model(model, quantize)

@@ -1,16 +1,16 @@
 """A meta-device backbone's weights, built from the checkpoint's shards in their final place.
 
 Nothing is read twice into memory: each weight's rows are read a chunk at a time
-(core/shards.py) and written where they will live, so a load peaks at the loaded model plus
+(core/models/shards.py) and written where they will live, so a load peaks at the loaded model plus
 one chunk, not at the checkpoint plus the model built from it:
 
 - one device, full precision: the fused matrices of the inference layout (q|k|v, gate|up,
   and each matrix stored input-major, as Transformer.pack lays them out) are allocated once
   and filled from their source tensors; the per-projection weights are views into them;
 - quantized: each linear is quantized chunk by chunk into its int8 / int4 storage
-  (core/quantize.py) and its full-precision rows are dropped as soon as they are used;
+  (core/models/quantize.py) and its full-precision rows are dropped as soon as they are used;
 - a device map: every tensor goes straight to its module's device (accelerate dispatches
-  the model afterwards, core/placement.py), quantized the same way when asked.
+  the model afterwards, core/models/placement.py), quantized the same way when asked.
 """
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ def _quantize_linears(model: Transformer, shards: Shards, source: dict[str, str]
 def _quantize_experts(model: Transformer, shards: Shards, source: dict[str, str], dtype: torch.dtype,
                       where: Callable[[str], torch.device], runs_on: Callable[[str], torch.device], kind: str) -> None:
     """A mixture of experts' [E, out, in] experts become one quantized linear per expert and
-    projection, filled from the rows the shards serve a few experts at a time (core/moe.py)."""
+    projection, filled from the rows the shards serve a few experts at a time (core/models/moe.py)."""
     for module_name, layer in list(model.named_modules()):
         if not isinstance(layer, MoEFeedForward):
             continue

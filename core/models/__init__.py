@@ -1,0 +1,1 @@
+"""The model wing: checkpoint files -> a loaded denoiser, for every family."""
