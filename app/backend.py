@@ -10,6 +10,7 @@ run to its model's core.run.Runner, the only holder of the model's lock.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Callable, Iterator, Protocol
 
@@ -51,9 +52,10 @@ class LocalBackend:
         with self._loading:
             if self.runner is None:
                 from ..core.run import Runner
-                from .model_choice import load_model
+                from ..core.models.load import load_model
 
-                self.runner = Runner(load_model(self.request, quiet=self.quiet, editor=self.editor), self.max_waiting, self.batch)
+                notes = None if self.quiet else (lambda line: sys.stderr.write(line + "\n"))  # a command line's stderr, else the log
+                self.runner = Runner(load_model(self.request, notes=notes, editor=self.editor), self.max_waiting, self.batch)
         return self.runner.info
 
     def describe(self):

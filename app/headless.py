@@ -256,7 +256,7 @@ def _run(job: HeadlessJob, config: Config, backend) -> int:
     request = EditRequest(source.text, tuple(spans), config.sampling, config.editing, None if job.file == "-" else job.file)
 
     if backend is None and not config.remote.backend:
-        from .model_choice import resolve_model_path
+        from ..core.models.load import resolve_model_path
 
         resolve_model_path(config.model.model)  # a missing --model says so before torch loads
     with _exit_at_once_on_stop():

@@ -172,7 +172,7 @@ def doctor(argv: list[str]) -> int:
     cached = hf_cache_checkpoints()
     say(f"Hugging Face cache: {constants.HF_HUB_CACHE} ({len(cached)} models with a config.json)")
 
-    from .model_choice import resolve_device, resolve_dtype, resolve_model_path
+    from ..core.models.load import resolve_device, resolve_dtype, resolve_model_path
     from ..core.models.loading import embedded_model_path
 
     ok = True

@@ -37,14 +37,14 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32, help="slots per completion (default 32)")
     args = parser.parse_args()
 
-    from sharpen.app.model_choice import load_model
+    from sharpen.core.models.load import load_model
     from sharpen.core import batch
     from sharpen.core.request import EditRequest
     from sharpen.core.run import Runner
     from sharpen.core.settings import ModelRequest, Sampling
     from sharpen.core.spans import Span
 
-    denoiser = load_model(ModelRequest(model=args.model, device=args.device), quiet=True)
+    denoiser = load_model(ModelRequest(model=args.model, device=args.device))
     runner = Runner(denoiser, max_waiting=64, batch=8)
     if runner.batcher is None:
         raise SystemExit(f"{denoiser.spec.name or denoiser.spec.family}: its passes do not pack (core.batch.batchable)")

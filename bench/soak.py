@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     common = ["--max-tokens", str(opts.max_tokens), "--steps", str(opts.steps), "--device", opts.device, "--quiet"]
     common += ["--model", model] if model else []
-    from sharpen.app.model_choice import load_model
+    from sharpen.core.models.load import load_model
 
     started = time.perf_counter()
     denoiser = load_model(config_from(build_parser().parse_args([str(target), *common])).model)

@@ -6,7 +6,7 @@
 Each row: the same infill (32 slots, default settings) timed best of --repeats after a warm-up,
 at 1, 2, ... up to every core, for a small model (the embedded one) and a bigger random one.
 The editor's default leaves one core to the UI; headless uses them all for big models and one
-for small ones (app/model_choice.py: cpu_threads). A benchmark: it prints a table.
+for small ones (core/models/load.py: cpu_threads). A benchmark: it prints a table.
 """
 from __future__ import annotations
 

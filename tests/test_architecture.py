@@ -137,3 +137,20 @@ def test_the_editor_module_does_not_import_torch():
 
     code = "import sys, sharpen.app.tui.editor_app; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_core_loads_a_model_by_itself():
+    """The load policy lives in core (core/models/load.py): a bench, a test or a worker process
+    loads a model, with its notes, without importing anything from app/."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from sharpen.core.models.load import load_model\n"
+            "from sharpen.core.settings import ModelRequest\n"
+            "notes = []\n"
+            "denoiser = load_model(ModelRequest(compile='off'), notes=notes.append)\n"
+            "assert denoiser.spec.loop == 'masked', denoiser.spec\n"
+            "leaked = sorted(m for m in sys.modules if m.startswith('sharpen.app'))\n"
+            "assert not leaked, leaked\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -21,10 +21,10 @@ POINT = TEXT.index("\n    \n") + 5
 
 @pytest.fixture(scope="module")
 def embedded():
-    from sharpen.app.model_choice import load_model
+    from sharpen.core.models.load import load_model
     from sharpen.core.settings import ModelRequest
 
-    return load_model(ModelRequest(), quiet=True)
+    return load_model(ModelRequest())
 
 
 def request(**sampling) -> EditRequest:

@@ -276,7 +276,7 @@ def test_remote_code_is_refused_and_never_imported(cli, tiny_model_dir, tmp_path
 
 def test_native_family_with_auto_map_loads_without_running_its_code(cli, tiny_model_dir, tmp_path):
     model, marker = _remote_code_checkpoint(tiny_model_dir, tmp_path, "sharpen")
-    from sharpen.app.model_choice import load_model
+    from sharpen.core.models.load import load_model
     from sharpen.core.settings import ModelRequest
 
     load_model(ModelRequest(model=str(model)))

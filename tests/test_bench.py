@@ -109,7 +109,7 @@ def test_threads_bench_prints_a_row_per_thread_count(capsys):
 
 
 def test_cpu_threads_default_follows_model_size_and_front_end():
-    from sharpen.app.model_choice import SMALL_MODEL, cpu_threads
+    from sharpen.core.models.load import SMALL_MODEL, cpu_threads
     from sharpen.core.settings import ModelRequest
 
     assert cpu_threads(ModelRequest(), SMALL_MODEL - 1, editor=False) == 1

@@ -153,7 +153,7 @@ def test_stop_signal_while_the_model_loads_exits_130_at_once(tmp_path, tiny_mode
     path.write_bytes(EXAMPLE.read_bytes())
     script = (
         "import os, sys, time\n"
-        "from sharpen.app import model_choice\n"
+        "from sharpen.core.models import load as model_choice\n"
         "real = model_choice.load_model\n"
         "def loading(*args, **kwargs):\n"
         f"    os.kill(os.getpid(), {int(stop)})\n"

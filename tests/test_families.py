@@ -200,7 +200,7 @@ def fake_hub_cache(root: Path, repo_id: str, checkpoint: Path) -> Path:
 
 
 def test_hub_id_resolves_from_the_local_cache_only(ckpt, tmp_path):
-    from sharpen.app.model_choice import resolve_model_path
+    from sharpen.core.models.load import resolve_model_path
 
     snapshot = fake_hub_cache(tmp_path, "GSAI-ML/LLaDA-8B-Instruct", ckpt["llada-instruct"])
     assert resolve_model_path("GSAI-ML/LLaDA-8B-Instruct", cache_dir=tmp_path) == (snapshot, "GSAI-ML/LLaDA-8B-Instruct")
@@ -210,7 +210,7 @@ def test_hub_id_resolves_from_the_local_cache_only(ckpt, tmp_path):
 
 
 def test_dtype_float32_on_cpu_unless_asked(ckpt):
-    from sharpen.app.model_choice import load_model
+    from sharpen.core.models.load import load_model
 
     from sharpen.core.settings import ModelRequest
 

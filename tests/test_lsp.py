@@ -19,10 +19,10 @@ LINE, COLUMN = 2, 8
 
 @pytest.fixture(scope="module")
 def runner():
-    from sharpen.app.model_choice import load_model
+    from sharpen.core.models.load import load_model
     from sharpen.core.settings import ModelRequest
 
-    return Runner(load_model(ModelRequest(), quiet=True))
+    return Runner(load_model(ModelRequest()))
 
 
 async def _client(*args: str):

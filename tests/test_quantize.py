@@ -130,10 +130,10 @@ def test_placement_sizes_the_quantized_model(dim128):
 
 
 def test_the_cli_with_int8_and_a_device_map_loads_int8(dim128):
-    from sharpen.app.model_choice import load_model
+    from sharpen.core.models.load import load_model
     from sharpen.core.settings import ModelRequest
 
-    den = load_model(ModelRequest(model=str(dim128), quantize="int8", device_map="auto"), quiet=True)
+    den = load_model(ModelRequest(model=str(dim128), quantize="int8", device_map="auto"))
     assert den.model.layer_devices is not None  # dispatched by accelerate
     assert isinstance(den.model.layers[0].ffn.w1, Int8Linear)
 

@@ -33,10 +33,10 @@ def server():
 
 @pytest.fixture(scope="module")
 def runner():
-    from sharpen.app.model_choice import load_model
+    from sharpen.core.models.load import load_model
     from sharpen.core.settings import ModelRequest
 
-    return Runner(load_model(ModelRequest(), quiet=True))
+    return Runner(load_model(ModelRequest()))
 
 
 def llama_vim_body(prefix: str, middle: str, suffix: str) -> dict:

@@ -1,22 +1,29 @@
-"""Which model to load, from --model / --device / --dtype / config, with clear errors.
+"""The load policy: a ModelRequest in, a denoiser out (route, fit check, placement, threads, compile, name).
+
+Everything that decides how a model loads lives here, in core, so the editor, the headless
+runner, the servers, benches and worker processes load a model the same way without app/.
 
 `--model` is a checkpoint directory or a Hugging Face hub id resolved from the local
 cache only: nothing is downloaded here (that is `sharpen download REPO_ID`). Native
 families load into the core backbone; anything else needs --trust-remote-code. A model
 bigger than the GPU, or any model with --device-map auto / --max-memory, is placed by
-accelerate and the plan is printed on stderr.
+accelerate and the plan is one of the load's notes.
+
+Notes: a load says a few things a person should see (the device plan, compile progress, an
+int8 layer running eagerly). They go to `notes`, one line per call: the command line passes
+a writer to stderr, the editor and the servers leave the default, the log.
 """
 from __future__ import annotations
 
 import logging
 import os
 import re
-import sys
+from typing import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from ..core.errors import ModelError, UsageError
-from ..core.settings import ModelRequest, parse_device
+from ..errors import ModelError, UsageError
+from ..settings import ModelRequest, parse_device
 
 _log = logging.getLogger(__name__)
 
@@ -79,7 +86,7 @@ def placement_for(request: ModelRequest, cfg, dtype, device: str):
     """A DevicePlan when the model must (or was asked to) span devices, else None."""
     import torch
 
-    from ..core.models import placement
+    from . import placement
 
     spec = request.max_memory
     max_memory = placement.parse_max_memory(spec) if spec else None
@@ -108,27 +115,31 @@ def cpu_threads(request: ModelRequest, parameters: int, editor: bool) -> int:
     return max(1, cores - 1) if editor else cores
 
 
-def load_model(request: ModelRequest = ModelRequest(), quiet: bool = False, editor: bool = False):
+Notes = Callable[[str], None]
+
+
+def load_model(request: ModelRequest = ModelRequest(), notes: Notes | None = None, editor: bool = False):
     """The denoiser the request asks for (a Denoiser, or a RemoteDenoiser on opt-in).
 
-    `quiet`: no device plan on stderr (the editor's screen would be drawn over). `editor`: the
+    `notes`: where the load's lines for a person go (default: the log, so that a screen or a
+    server's output is not written over). `editor`: the
     run shares the machine with the editor's UI (one core is left to it). A package that does
     not import (accelerate, torchao, a broken CUDA build) is one ModelError line, exit 4.
     """
     try:
-        return _load_model(request, quiet, editor)
+        return _load_model(request, notes or _log.warning, editor)
     except ImportError as exc:
         what = exc.name or "a package the model needs"
         raise ModelError(f"cannot load the model: {what} does not import ({str(exc).splitlines()[0] if str(exc) else 'ImportError'})") from None
 
 
-def _load_model(request: ModelRequest, quiet: bool, editor: bool):
+def _load_model(request: ModelRequest, notes: Notes, editor: bool):
     import torch
 
-    from ..core.models import families
-    from ..core.models.loading import embedded_model_path, load_denoiser, model_config, read_config, require_torch
-    from ..core.models.memory_fit import parameter_split
-    from ..core.models.quantize import check_quantization, int8_needs_compile
+    from . import families
+    from .loading import embedded_model_path, load_denoiser, model_config, read_config, require_torch
+    from .memory_fit import parameter_split
+    from .quantize import check_quantization, int8_needs_compile
 
     require_torch()  # DiffusionGemma's loader too
     device = resolve_device(request.device)
@@ -136,7 +147,7 @@ def _load_model(request: ModelRequest, quiet: bool, editor: bool):
     config = read_config(path or embedded_model_path())
     route = families.route(config, request.trust_remote_code)  # which loader, decided in core from config.json
     if path is not None and route.loader == "transformers":
-        denoiser = _load_gemma(request, path, config, device, quiet, editor, repo_id)
+        denoiser = _load_gemma(request, path, config, device, notes, editor, repo_id)
         if repo_id:
             denoiser.spec = replace(denoiser.spec, name=repo_id)
         return denoiser
@@ -152,8 +163,7 @@ def _load_model(request: ModelRequest, quiet: bool, editor: bool):
                 check_fit(cfg, request, dtype, device, repo_id or str(path or "the embedded model"))
             plan = placement_for(request, cfg, dtype, device)
             if plan is not None:
-                if not quiet:
-                    sys.stderr.write("sharpen: device plan (accelerate):\n" + "".join(f"  {line}\n" for line in plan.describe().splitlines()))
+                notes("sharpen: device plan (accelerate):\n" + "\n".join(f"  {line}" for line in plan.describe().splitlines()))
                 dtype = resolve_dtype(request.dtype, str(plan.main_device))
             denoiser = load_denoiser(path, device=device, dtype=dtype, device_map=plan.device_map if plan else None, quantize=request.quantize)
         else:
@@ -164,23 +174,20 @@ def _load_model(request: ModelRequest, quiet: bool, editor: bool):
         denoiser.spec = replace(denoiser.spec, name=repo_id)
     if request.compile != "off":
         if hasattr(denoiser, "compile"):
-            # Progress and a fallback to eager are one line each on stderr; the editor's screen
-            # would be drawn over, so there they go to the log.
-            line = (lambda text: sys.stderr.write(text + "\n")) if not quiet else _log.warning
-            denoiser.compile(request.compile, notify=line, progress=line)
+            denoiser.compile(request.compile, notify=notes, progress=notes)  # progress and a fallback to eager: a note each
         elif request.compile != "auto":
             raise UsageError("--compile needs a natively supported model (not --trust-remote-code)")
     eager_int8 = int8_needs_compile(request.quantize, getattr(denoiser, "device", torch.device(device)), request.compile)
-    if eager_int8 and not quiet:
-        sys.stderr.write(f"sharpen: {eager_int8}\n")
+    if eager_int8:
+        notes(f"sharpen: {eager_int8}")
     return denoiser
 
 
 def check_fit(cfg, request: ModelRequest, dtype, device: str, name: str) -> None:
     """Refuse, before any weight is read, a load that cannot fit this machine (core/models/memory_fit.py),
     with the setting that would make it fit; --force-load skips the check."""
-    from ..core.models import memory_fit
-    from ..core.models.placement import human
+    from . import memory_fit
+    from .placement import human
 
     precision = request.quantize or str(dtype).removeprefix("torch.")
     need = memory_fit.footprint(cfg, precision).total
@@ -196,8 +203,8 @@ def check_fit(cfg, request: ModelRequest, dtype, device: str, name: str) -> None
 
 
 def _load_remote(request: ModelRequest, path: Path, device: str, dtype):
-    from ..core.models import placement
-    from ..core.models.remote_code import load_remote
+    from . import placement
+    from .remote_code import load_remote
 
     spec = request.max_memory
     device_map = "auto" if request.device_map == "auto" or spec else None
@@ -213,16 +220,15 @@ def _load_remote(request: ModelRequest, path: Path, device: str, dtype):
     )
 
 
-def _load_gemma(request: ModelRequest, path: Path, config: dict, device: str, quiet: bool, editor: bool, repo_id: str | None):
+def _load_gemma(request: ModelRequest, path: Path, config: dict, device: str, notes: Notes, editor: bool, repo_id: str | None):
     """DiffusionGemma through transformers' own class (core/models/families/diffusion_gemma.py): threads, the fit check
     and placement as for the native families; accelerate spreads it when one GPU is too small."""
     import torch
 
-    from ..core.models.families import diffusion_gemma as gemma
-    from ..core.models import memory_fit
-    from ..core.models.placement import human
-
-    from ..core.models.quantize import check_quantization
+    from . import memory_fit
+    from .families import diffusion_gemma as gemma
+    from .placement import human
+    from .quantize import check_quantization
 
     if request.quantize is not None:
         check_quantization(request.quantize, torch.device(device))
@@ -254,11 +260,11 @@ def _load_gemma(request: ModelRequest, path: Path, config: dict, device: str, qu
                              "--force-load tries anyway")
     max_memory = None
     if request.max_memory:
-        from ..core.models import placement
+        from . import placement
 
         max_memory = placement.parse_max_memory(request.max_memory)
-    if spread and not quiet:
-        sys.stderr.write(f"sharpen: DiffusionGemma spread over the devices by accelerate (device_map=auto{', max_memory ' + request.max_memory if max_memory else ''})\n")
+    if spread:
+        notes(f"sharpen: DiffusionGemma spread over the devices by accelerate (device_map=auto{', max_memory ' + request.max_memory if max_memory else ''})")
     try:
         return gemma.load_gemma(path, device=device, dtype=dtype, device_map="auto" if spread else None, max_memory=max_memory,
                                 quantize=request.quantize)
