@@ -17,8 +17,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from . import edits, llama, openai
-from .common import HTTPError, Server, error_body, error_response, server_of
+from .common import ClientGone, HTTPError, Server, error_body, error_response, server_of
+from .edits import Edits
+from .llama import Completion, Infill
+from .openai import ChatCompletions, Completions, FimCompletions, model, models
+from .respond import Endpoint, handler
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +34,8 @@ async def health(request: Request):
 
 async def metrics(request: Request):
     server = server_of(request)
-    runner = getattr(server.backend, "runner", None)
-    batcher = getattr(runner, "batcher", None)
-    batching = (batcher.passes, batcher.packed_runs) if batcher is not None else None
-    return PlainTextResponse(server.metrics.render(runner.waiting if runner else 0, batching), media_type="text/plain; version=0.0.4")
+    text = server.metrics.render(server.backend.waiting(), server.backend.batching())
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
 async def _http_error(request: Request, exc: HTTPError):
@@ -44,6 +45,14 @@ async def _http_error(request: Request, exc: HTTPError):
 async def _starlette_error(request: Request, exc: StarletteHTTPException):
     message = {404: f"no such endpoint: {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}.get(exc.status_code, str(exc.detail))
     return error_response(exc.status_code, message, getattr(exc, "headers", None))
+
+
+async def _client_gone(request: Request, exc: ClientGone):
+    # A client that closed its connection while sending its body: no answer reaches it, and its
+    # leaving is no failure of the server: one debug line, never a traceback (anyone who can
+    # connect could otherwise fill the log).
+    log.debug("%s %s: the client left while sending its body", request.method, request.url.path)
+    return error_response(499, "the client closed the request")
 
 
 async def _unexpected(request: Request, exc: Exception):
@@ -85,20 +94,26 @@ class Guard:
         return hmac.compare_digest(token.encode(), self.server.api_key.encode())
 
 
+# The model's endpoints: a route row each, its Shape reading the body and wording the answer
+# (app/serve/respond.py runs them all). A new endpoint is one Shape and one row here.
+ENDPOINTS = [
+    Endpoint("/infill", Infill),
+    Endpoint("/completion", Completion),
+    Endpoint("/v1/completions", Completions),
+    Endpoint("/completions", Completions),
+    Endpoint("/v1/fim/completions", FimCompletions),
+    Endpoint("/v1/chat/completions", ChatCompletions),
+    Endpoint("/chat/completions", ChatCompletions),
+    Endpoint("/v1/edits", Edits),
+]
+
 ROUTES = [
     Route("/health", health, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
-    Route("/v1/models", openai.models, methods=["GET"]),
-    Route("/models", openai.models, methods=["GET"]),
-    Route("/v1/models/{model:path}", openai.model, methods=["GET"]),
-    Route("/infill", llama.infill, methods=["POST"]),
-    Route("/completion", llama.completion, methods=["POST"]),
-    Route("/v1/completions", openai.completions, methods=["POST"]),
-    Route("/completions", openai.completions, methods=["POST"]),
-    Route("/v1/fim/completions", openai.fim_completions, methods=["POST"]),
-    Route("/v1/chat/completions", openai.chat_completions, methods=["POST"]),
-    Route("/chat/completions", openai.chat_completions, methods=["POST"]),
-    Route("/v1/edits", edits.edits, methods=["POST"]),
+    Route("/v1/models", models, methods=["GET"]),
+    Route("/models", models, methods=["GET"]),
+    Route("/v1/models/{model:path}", model, methods=["GET"]),
+    *(Route(e.path, handler(e.shape), methods=["POST"]) for e in ENDPOINTS),
 ]
 
 
@@ -109,7 +124,7 @@ def _route_of(path: str) -> str:
 
 
 def build_app(server: Server) -> Starlette:
-    app = Starlette(routes=ROUTES, exception_handlers={HTTPError: _http_error, StarletteHTTPException: _starlette_error, Exception: _unexpected})
+    app = Starlette(routes=ROUTES, exception_handlers={HTTPError: _http_error, ClientGone: _client_gone, StarletteHTTPException: _starlette_error, Exception: _unexpected})
     app.state.server = server
     app.add_middleware(Guard, server=server)
     return app
