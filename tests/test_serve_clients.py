@@ -180,3 +180,37 @@ async def test_a_chat_of_a_million_lines_or_a_5_mb_history_is_never_a_500(http, 
     reply = await http.post("/v1/chat/completions", json={"messages": history, "max_tokens": 4, "seed": 1})
     assert reply.status_code == 200, reply.text
     assert 0 < reply.json()["usage"]["prompt_tokens"] <= denoiser.max_len - 4  # the oldest turns went
+
+
+async def test_a_new_endpoint_is_one_shape_and_one_route_row(denoiser):
+    """docs/architecture.md's count: a Shape and an Endpoint row, nothing else; the loop gives it
+    the stream, [DONE], refusals, the time limit and the counters."""
+    from sharpen.app.serve.app import ENDPOINTS
+    from sharpen.app.serve.common import field_of, point_request
+    from sharpen.app.serve.respond import Endpoint, Plan, Shape
+
+    class Lengths(Shape):  # a toy endpoint: how many characters the draft has, per step
+        @classmethod
+        def read(cls, server, body):
+            prompt = field_of(body, "prompt", str, "")
+            return Plan(point_request(server, prompt, "", 8, server.sampling), cls(), field_of(body, "stream", bool, False))
+
+        def step(self, progress):
+            return [{"length": len(progress.spans[0].text)}]
+
+        def final(self, done):
+            return [self.whole(done)]
+
+        def whole(self, done):
+            return {"length": len(done.result.spans[0].text), "tokens": done.result.tokens}
+
+    backend = LocalBackend.of(denoiser)
+    app = build_app(Server(backend, backend.describe()), [*ENDPOINTS, Endpoint("/v1/lengths", Lengths)])
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sharpen", timeout=120)
+    whole = (await http.post("/v1/lengths", json={"prompt": PREFIX})).json()
+    assert whole["tokens"] > 0 and whole["length"] >= 0
+    streamed = _events((await http.post("/v1/lengths", json={"prompt": PREFIX, "stream": True})).text)
+    assert streamed[-1] == "[DONE]" and json.loads(streamed[-2]) == whole and len(streamed) > 3
+    refused = await http.post("/v1/lengths", json={"prompt": 3})
+    assert refused.status_code == 400 and refused.json()["error"]["message"] == "prompt must be a string"
+    assert 'sharpen_requests_total{endpoint="/v1/lengths",status="200"} 2' in (await http.get("/metrics")).text

@@ -64,8 +64,8 @@ async def _unexpected(request: Request, exc: Exception):
 class Guard:
     """Pure ASGI middleware (streams pass through untouched): the key, then counting answers."""
 
-    def __init__(self, app, server: Server) -> None:
-        self.app, self.server = app, server
+    def __init__(self, app, server: Server, routes: list[Route]) -> None:
+        self.app, self.server, self.routes = app, server, routes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -85,7 +85,7 @@ class Guard:
                 return
             await self.app(scope, receive, counted)
         finally:
-            self.server.metrics.answered(_route_of(path), status.get("code", 499))
+            self.server.metrics.answered(_route_of(path, self.routes), status.get("code", 499))
 
     def _authorized(self, scope) -> bool:
         headers = dict(scope["headers"])
@@ -107,24 +107,33 @@ ENDPOINTS = [
     Endpoint("/v1/edits", Edits),
 ]
 
-ROUTES = [
+GET_ROUTES = [
     Route("/health", health, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/models", models, methods=["GET"]),
     Route("/v1/models/{model:path}", model, methods=["GET"]),
-    *(Route(e.path, handler(e.shape), methods=["POST"]) for e in ENDPOINTS),
 ]
 
 
-def _route_of(path: str) -> str:
+def routes_of(endpoints: list[Endpoint]) -> list[Route]:
+    return [*GET_ROUTES, *(Route(e.path, handler(e.shape), methods=["POST"]) for e in endpoints)]
+
+
+ROUTES = routes_of(ENDPOINTS)
+
+
+def _route_of(path: str, routes: list[Route]) -> str:
     """The route a path is answered by, as /metrics labels it ("/v1/models/{model:path}"); "other"
     for none, so a client probing paths cannot grow the label set."""
-    return next((r.path for r in ROUTES if r.path_regex.match(path)), "other")
+    return next((r.path for r in routes if r.path_regex.match(path)), "other")
 
 
-def build_app(server: Server) -> Starlette:
-    app = Starlette(routes=ROUTES, exception_handlers={HTTPError: _http_error, ClientGone: _client_gone, StarletteHTTPException: _starlette_error, Exception: _unexpected})
+def build_app(server: Server, endpoints: list[Endpoint] = ENDPOINTS) -> Starlette:
+    """The application; `endpoints`: its POST route rows (ENDPOINTS; a test adds one of its own)."""
+    routes = ROUTES if endpoints is ENDPOINTS else routes_of(endpoints)
+    app = Starlette(routes=routes, exception_handlers={HTTPError: _http_error, ClientGone: _client_gone, StarletteHTTPException: _starlette_error,
+                                                       Exception: _unexpected})
     app.state.server = server
-    app.add_middleware(Guard, server=server)
+    app.add_middleware(Guard, server=server, routes=routes)
     return app

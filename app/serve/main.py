@@ -135,6 +135,7 @@ def log_to_stderr(level: str) -> logging.handlers.QueueListener:
         root.removeHandler(old)
     root.addHandler(_DroppingQueueHandler(records))
     root.setLevel(level.upper())
+    logging.captureWarnings(True)  # a library's warning too: written straight to stderr, it would block like any write
     listener = logging.handlers.QueueListener(records, stream)
     listener.start()
     atexit.register(listener.stop)
