@@ -3,8 +3,10 @@
 - /v1/completions: `prompt` + `suffix` fills the middle; a prompt already formatted for
   fill-in-the-middle (Zed's OpenAI-compatible edit prediction: `<|fim_prefix|>P<|fim_suffix|>S
   <|fim_middle|>` for Qwen tokenizers, StarCoder's `<fim_prefix>`, CodeLlama's `<PRE>`,
-  Codestral's `[SUFFIX]S[PREFIX]P`) is split back into prefix and suffix; a bare prompt is
-  continued.
+  Codestral's `[SUFFIX]S[PREFIX]P`, DeepSeek-Coder's `<｜fim▁begin｜>`, GLM's `<|code_prefix|>`)
+  is split back into prefix and suffix; a bare prompt is continued.
+- max_tokens above the server's bound (Continue's 4096, Mercury's 1000) is clamped to it and the
+  answer's finish_reason is "length"; 0 generates nothing; only negative or non-whole is a 400.
 - /v1/fim/completions: Inception's Mercury FIM (`prompt`, `suffix`, `max_tokens`, `stop`, `stream`).
 - /v1/chat/completions: the conversation through the model's own chat template (400 when it
   has none); the answer's slots follow the assistant's turn.
