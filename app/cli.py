@@ -15,7 +15,7 @@ from ..core.settings import Editing, ModelRequest, Sampling
 from ..core.spans import MODES
 from . import stop
 from .config import Config, Editor, Remote
-from .flags import add_settings, config_from  # noqa: F401  (config_from: the one argparse-to-settings step, here since before)
+from .flags import add_settings, config_from
 
 EXIT_CODES = """exit codes:
   0    done

@@ -301,3 +301,24 @@ async def test_llama_cpp_completion_continues_a_prompt_and_fills_a_fim_one_as_in
     assert fim["content"] == fim_infill["content"]
     bad = await http.post("/completion", json={"prompt": [1, 2, 3]})
     assert bad.status_code == 400 and bad.json()["error"]["message"] == "prompt must be a string (one prompt per request)"
+
+
+def test_every_command_line_layers_its_settings_through_one_function(tmp_path):
+    """`sharpen`, `sharpen serve` and `sharpen lsp` read flags over the config file with the same
+    app/flags.config_from: the file's values where no flag is given, a flag over the file, and a
+    bad value named by its flag."""
+    from sharpen.app.cli import build_parser as editor_parser
+    from sharpen.app.flags import config_from
+    from sharpen.app.lsp import build_parser as lsp_parser
+    from sharpen.app.serve.main import build_parser as serve_parser
+    from sharpen.core.errors import UsageError
+
+    config = tmp_path / "config.toml"
+    config.write_text("[sampling]\nsteps = 9\ntemperature = 0.5\n[backend]\nbackend_timeout = 7.0\n")
+    for parser in (editor_parser(), serve_parser(), lsp_parser()):
+        layered = config_from(parser.parse_args(["--config", str(config), "--steps", "5"]))
+        assert (layered.sampling.steps, layered.sampling.temperature) == (5, 0.5)
+        if "--backend" in parser.format_help():
+            assert layered.remote.backend_timeout == 7.0
+        with pytest.raises(UsageError, match="^--steps "):
+            config_from(parser.parse_args(["--config", str(config), "--steps", "0"]))
