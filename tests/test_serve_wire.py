@@ -135,3 +135,19 @@ def test_serve_on_a_remote_backend_answers_infill_and_completions_as_the_model_d
         assert streamed.rstrip().endswith("data: [DONE]")
         log.seek(0)
         assert f"runs go to {upstream}" in log.read().decode()  # the start says where the model is
+
+
+def test_log_lines_dropped_on_a_full_queue_are_counted_in_the_log():
+    import logging
+    import queue
+
+    from sharpen.app.serve.main import _DroppingQueueHandler
+
+    records: queue.Queue = queue.Queue(1)
+    handler = _DroppingQueueHandler(records)
+    for n in range(3):  # the first fits; two find the queue full and go, without waiting
+        handler.emit(logging.makeLogRecord({"msg": f"line {n}"}))
+    assert records.get_nowait().getMessage() == "line 0"
+    handler.emit(logging.makeLogRecord({"msg": "line 3"}))
+    assert records.get_nowait().getMessage() == "2 log lines dropped: stderr was not read"
+    assert handler.dropped == 1  # line 3 found no room behind the notice: counted for the next one

@@ -22,6 +22,7 @@ import os
 import queue
 import socket
 import sys
+import time
 
 from ...core.errors import InputError, UsageError
 from ...core.settings import Editing, ModelRequest, Sampling
@@ -109,24 +110,31 @@ def serve(argv: list[str]) -> int:
     return run_uvicorn(build_app(server), sock, args.log_level)
 
 
-LOG_QUEUE = 10_000  # log records waiting for stderr; beyond, new ones are dropped (and counted)
+LOG_QUEUE = 10_000  # log records waiting for stderr; beyond, new ones are dropped (and the drop is logged)
 
 
 class _DroppingQueueHandler(logging.handlers.QueueHandler):
-    """Hands records to the stderr thread; a full queue (stderr not read) drops, never waits."""
+    """Hands records to the stderr thread; a full queue (stderr not read) drops, never waits, and
+    the next record that finds room is preceded by a line saying how many went."""
 
-    dropped = 0
+    def __init__(self, records: queue.Queue) -> None:
+        super().__init__(records)
+        self.dropped = 0
 
     def enqueue(self, record) -> None:
         try:
+            if self.dropped:
+                self.queue.put_nowait(logging.makeLogRecord({"name": __name__, "levelno": logging.WARNING, "levelname": "WARNING",
+                                                             "msg": f"{self.dropped} log lines dropped: stderr was not read"}))
+                self.dropped = 0
             self.queue.put_nowait(record)
         except queue.Full:
-            type(self).dropped += 1
+            self.dropped += 1
 
 
 def log_to_stderr(level: str) -> logging.handlers.QueueListener:
-    """The server's log (its own, Starlette's, uvicorn's): records go through a bounded queue to a
-    thread that writes stderr, so a stderr nobody reads blocks that thread alone."""
+    """The server's log (its own, Starlette's, uvicorn's, warnings): records go through a bounded
+    queue to a thread that writes stderr, so a stderr nobody reads blocks that thread alone."""
     records: queue.Queue = queue.Queue(LOG_QUEUE)
     stream = logging.StreamHandler(sys.stderr)
     stream.setFormatter(logging.Formatter("sharpen serve: %(levelname)s %(name)s: %(message)s"))
@@ -137,8 +145,14 @@ def log_to_stderr(level: str) -> logging.handlers.QueueListener:
     root.setLevel(level.upper())
     logging.captureWarnings(True)  # a library's warning too: written straight to stderr, it would block like any write
     listener = logging.handlers.QueueListener(records, stream)
-    listener.start()
-    atexit.register(listener.stop)
+    listener.start()  # its thread is a daemon: an exit never waits on a stderr nobody reads
+
+    def drain(seconds: float = 2.0) -> None:  # at exit, what is queued gets a moment to reach stderr
+        deadline = time.monotonic() + seconds
+        while not records.empty() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    atexit.register(drain)
     return listener
 
 
