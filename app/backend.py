@@ -7,6 +7,11 @@
 The editor (app/tui/model_runner.py), the headless runner, the server (app/serve/) and the
 language server (app/lsp.py) are adapters of this one protocol. The local backend hands every
 run to its model's core.run.Runner, the only holder of the model's lock.
+
+A server also asks a backend what it answers with beside the run (count_tokens, chat_text,
+load_report, waiting, batching): `served(backend)` gives those to a backend that only runs
+requests (app/remote.py's: a remote model's tokens are estimated, its chat is refused), so
+`sharpen serve` serves any backend, another server included.
 """
 from __future__ import annotations
 
@@ -14,10 +19,14 @@ import sys
 import threading
 from typing import Callable, Iterator, Protocol
 
-from ..core.errors import ModelError
+from ..core.errors import ModelError, UsageError
+from ..core.events import ModelInfo
 from ..core.request import EditRequest
-from ..core.run import ModelInfo
 from ..core.settings import ModelRequest
+
+# Characters per token where the tokenizer is not here (a remote model): code runs about 3-4
+# characters a token in the released vocabularies; 4 errs toward counting fewer.
+CHARS_PER_TOKEN = 4
 
 
 class Backend(Protocol):
@@ -27,6 +36,18 @@ class Backend(Protocol):
 
     def run(self, request: EditRequest, should_stop: Callable[[], bool] = lambda: False,
             every: float | None = 0.0) -> Iterator[object]: ...
+
+    # -- what a server answers with beside the run (app/serve) --------------------------------
+
+    def count_tokens(self, text: str, at_most: int | None = None) -> int: ...  # above at_most: any larger count (a cheap bound may stop early)
+
+    def chat_text(self, messages: list[dict]) -> str: ...  # the chat through the model's own template (UsageError: it has none)
+
+    def load_report(self) -> str: ...  # one line for a server's start: how concurrent runs share the model
+
+    def waiting(self) -> int: ...  # runs in line, the running ones included
+
+    def batching(self) -> tuple[int, int] | None: ...  # (packed passes, runs' passes they held) when runs share passes
 
 
 class LocalBackend:
@@ -70,6 +91,84 @@ class LocalBackend:
 
     def close(self) -> None:
         pass
+
+    def count_tokens(self, text: str, at_most: int | None = None) -> int:
+        tokenizer = self._loaded().denoiser.tokenizer
+        fewest = tokenizer.fewest_tokens(text)  # a long text is never encoded whole to learn it is too long
+        if at_most is not None and fewest > at_most:
+            return fewest
+        return len(tokenizer.encode(text))
+
+    def chat_text(self, messages: list[dict]) -> str:
+        return self._loaded().chat_text(messages)
+
+    def load_report(self) -> str:
+        """How concurrent requests share the model: a server's users should know whether their runs
+        pack into one pass or queue (core.batch.batchable says which models pack)."""
+        runner = self._loaded()
+        if runner.batcher is not None:
+            return f"up to {runner.batch} runs share each forward pass"
+        if runner.batch == 1:
+            return "one run at a time (--max-batch 1)"
+        if getattr(runner.denoiser, "compiled", False):  # CUDA graphs have their own shapes
+            return f"one run at a time: a compiled step does not pack (--compile off lets up to {runner.batch} runs share each pass)"
+        return "one run at a time: this model's runs do not pack (core.batch.batchable)"
+
+    def waiting(self) -> int:
+        return self.runner.waiting if self.runner is not None else 0
+
+    def batching(self) -> tuple[int, int] | None:
+        batcher = self.runner.batcher if self.runner is not None else None
+        return (batcher.passes, batcher.packed_runs) if batcher is not None else None
+
+    def _loaded(self):
+        if self.runner is None:
+            self.load()
+        return self.runner
+
+
+class Served:
+    """A backend that only runs requests (load, describe, run: app/remote.py's), with what a server
+    also asks of one: tokens estimated from characters, no chat template here, no queue seen."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def load(self) -> ModelInfo:
+        return self.backend.load()
+
+    def describe(self) -> ModelInfo:
+        return self.backend.describe()
+
+    def run(self, request: EditRequest, should_stop: Callable[[], bool] = lambda: False, every: float | None = 0.0):
+        return self.backend.run(request, should_stop, every)
+
+    def close(self) -> None:
+        getattr(self.backend, "close", lambda: None)()
+
+    def count_tokens(self, text: str, at_most: int | None = None) -> int:
+        return -(-len(text) // CHARS_PER_TOKEN)
+
+    def chat_text(self, messages: list[dict]) -> str:
+        raise UsageError(f"the model {self.describe().name} renders its chat on the server this one reaches; "
+                         "send the chat there, or use a completion or infill endpoint here")
+
+    def load_report(self) -> str:
+        return f"runs go to {getattr(self.backend, 'url', 'the backend')}, which shares its model as it does"
+
+    def waiting(self) -> int:
+        return 0
+
+    def batching(self) -> tuple[int, int] | None:
+        return None
+
+
+SERVER_NEEDS = ("count_tokens", "chat_text", "load_report", "waiting", "batching")
+
+
+def served(backend) -> Backend:
+    """`backend` with everything a server asks of one: itself when it has it all, else Served."""
+    return backend if all(callable(getattr(backend, name, None)) for name in SERVER_NEEDS) else Served(backend)
 
 
 def backend_for(config, quiet: bool = True, editor: bool = False) -> Backend:

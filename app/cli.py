@@ -9,14 +9,13 @@ import argparse
 import os
 import signal
 import sys
-from dataclasses import fields
 from pathlib import Path
 
-from ..core.settings import Editing, ModelRequest, Sampling, SettingError, rule_of
+from ..core.settings import Editing, ModelRequest, Sampling
 from ..core.spans import MODES
 from . import stop
-from .config import Config, Editor, Remote, by_section
-from .flags import add_settings, flag_name
+from .config import Config, Editor, Remote
+from .flags import add_settings, config_from
 
 EXIT_CODES = """exit codes:
   0    done
@@ -44,21 +43,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one plain line, documented exit code
         sys.stderr.write(f"sharpen: error: {message}\n")
         raise SystemExit(2)
-
-
-def config_from(args: argparse.Namespace) -> Config:
-    """defaults < config file < command line, layered once; every error names where it came from."""
-    from .config import load_config
-
-    config_path = Path(args.config).expanduser() if args.config else None
-    config = load_config(config_path)
-    given = {f.name: getattr(args, f.name) for r in (Editor, Editing, ModelRequest, Sampling, Remote) for f in fields(r) if rule_of(f).flag}
-    try:
-        return config.layered(by_section(given))
-    except SettingError as exc:
-        from ..core.errors import UsageError
-
-        raise UsageError(f"{flag_name(exc.name)} {exc.rule}") from None
 
 
 def headless_job(args: argparse.Namespace):

@@ -1,14 +1,18 @@
 """Command-line flags derived from the declared settings (core/settings.py, app/config.py).
 
-`sharpen` (app/cli.py) and `sharpen serve` (app/serve/main.py) build their flags here, so a
-setting declared once is spelled the same way by every command.
+`sharpen` (app/cli.py), `sharpen serve` (app/serve/main.py) and `sharpen lsp` (app/lsp.py) build
+their flags here, so a setting declared once is spelled the same way by every command, and read
+them back with the one config_from: defaults < config file < command line.
 """
 from __future__ import annotations
 
 import argparse
 from dataclasses import fields
+from pathlib import Path
 
-from ..core.settings import Request, rule_of, value_type
+from ..core.errors import UsageError
+from ..core.settings import Request, SettingError, rule_of, value_type
+from .config import SECTIONS, by_section, load_config
 
 
 def add_settings(parser: argparse.ArgumentParser, request: type[Request], title: str | None) -> None:
@@ -32,3 +36,17 @@ def add_settings(parser: argparse.ArgumentParser, request: type[Request], title:
 
 def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def config_from(args: argparse.Namespace):
+    """defaults < config file < command line, layered once; every error names where it came from.
+
+    The one argparse-to-settings step of every command line: each setting flag `args` has
+    (add_settings) over the config file its --config names (or the default one). An app.config.Config."""
+    config_path = Path(args.config).expanduser() if getattr(args, "config", None) else None
+    config = load_config(config_path)
+    given = {f.name: getattr(args, f.name) for r in SECTIONS for f in fields(r) if rule_of(f).flag and hasattr(args, f.name)}
+    try:
+        return config.layered(by_section(given))
+    except SettingError as exc:
+        raise UsageError(f"{flag_name(exc.name)} {exc.rule}") from None

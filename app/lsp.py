@@ -19,7 +19,7 @@ import threading
 
 from ..core.errors import SharpenError, UsageError
 from ..core.request import EditRequest
-from ..core.settings import Editing, ModelRequest, Sampling, SettingError
+from ..core.settings import Editing, ModelRequest, Sampling
 from ..core.spans import Span
 
 log = logging.getLogger(__name__)
@@ -160,18 +160,11 @@ def build_server(completer: Completer):
 
 
 def main(argv: list[str]) -> int:
-    from dataclasses import fields
-
     from .backend import backend_for
-    from .config import Remote, by_section, load_config
+    from .flags import config_from
 
     args = build_parser().parse_args(argv)
-    config = load_config(None if args.config is None else __import__("pathlib").Path(args.config).expanduser())
-    given = {f.name: getattr(args, f.name) for r in (ModelRequest, Sampling, Editing, Remote) for f in fields(r) if hasattr(args, f.name)}
-    try:
-        config = config.layered(by_section(given))
-    except SettingError as exc:
-        raise UsageError(f"--{exc.name.replace('_', '-')} {exc.rule}") from None
+    config = config_from(args)  # the one argparse-to-settings step of every command line
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="sharpen lsp: %(message)s")
     completer = Completer(backend_for(config, quiet=True), config.sampling, config.editing)
     threading.Thread(target=completer.load, daemon=True, name="sharpen-load").start()

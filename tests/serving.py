@@ -15,9 +15,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextmanager
-def live_server(*args: str, env: dict | None = None, timeout: float = 120.0):
-    """`sharpen serve --port 0 ARGS` until the block ends; yields (base URL, process)."""
-    with tempfile.TemporaryFile("w+b") as log:
+def live_server(*args: str, env: dict | None = None, timeout: float = 120.0, log=None):
+    """`sharpen serve --port 0 ARGS` until the block ends; yields (base URL, process). `log`: a
+    binary file for its stderr (a temporary one when None), for a test that reads the log."""
+    with (tempfile.TemporaryFile("w+b") if log is None else _kept(log)) as log:
         process = subprocess.Popen([sys.executable, "-m", "sharpen.app.cli", "serve", "--port", "0", *args],
                                    stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT, env={**os.environ, **(env or {})})
         try:
@@ -40,6 +41,35 @@ def live_server(*args: str, env: dict | None = None, timeout: float = 120.0):
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
+
+
+@contextmanager
+def _kept(file):
+    yield file
+
+
+@contextmanager
+def in_process_server(app):
+    """`app` on uvicorn in a thread of this process, on a free loopback port; yields its URL."""
+    import threading
+
+    import uvicorn
+
+    from sharpen.app.serve.main import bind
+
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="in-process-server")
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
 
 
 def metric(url: str, name: str) -> float:

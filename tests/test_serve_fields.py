@@ -15,7 +15,7 @@ import pytest
 from sharpen.app.backend import LocalBackend
 from sharpen.app.serve.app import build_app
 from sharpen.app.serve.common import Limits, Server
-from sharpen.app.serve.runs import committed_text
+from sharpen.app.serve.respond import committed_text
 from sharpen.core.run import Progress
 
 PREFIX = "def fizzbuzz(n):\n    for i in range(1, n + 1):\n"
@@ -224,7 +224,7 @@ async def test_llama_vscode_chat_edit_body_is_answered_and_its_tools_body_refuse
     endless = await http.post("/v1/completions", json={"prompt": PREFIX, "max_tokens": -1, "seed": 4})
     bounded = await http.post("/v1/completions", json={"prompt": PREFIX, "max_tokens": min(512, denoiser.max_len // 2), "seed": 4})
     assert endless.status_code == 200 and endless.json()["choices"][0]["text"] == bounded.json()["choices"][0]["text"]
-    assert (await http.post("/v1/completions", json={"prompt": PREFIX, "max_tokens": -2})).json()["error"]["message"] == "max_tokens must be at least 0"
+    assert (await http.post("/v1/completions", json={"prompt": PREFIX, "max_tokens": -2})).json()["error"]["message"] == "max_tokens must be at least 0 (or -1: no limit)"
 
 
 async def test_the_openai_package_retrieves_the_model_and_an_unknown_one_is_404(denoiser):
@@ -247,18 +247,19 @@ def test_the_startup_line_says_whether_concurrent_runs_share_passes(denoiser, tm
     compiled step (CUDA graphs) serves one run at a time, and the line says what packs them."""
     from block_checkpoints import write_sdar
 
-    from sharpen.app.serve.main import sharing
     from sharpen.core.models.loading import load_denoiser
-    from sharpen.core.run import Runner
 
-    assert sharing(Runner(denoiser, batch=8), 8) == "up to 8 runs share each forward pass"
-    assert sharing(Runner(denoiser, batch=1), 1) == "one run at a time (--max-batch 1)"
+    def sharing(model, batch: int) -> str:
+        return LocalBackend.of(model, batch=batch).load_report()
+
+    assert sharing(denoiser, 8) == "up to 8 runs share each forward pass"
+    assert sharing(denoiser, 1) == "one run at a time (--max-batch 1)"
     compiled = load_denoiser()
     compiled.compile("default")  # on a CPU torch.compile runs at the first pass: none runs here
     assert compiled.compiled and not denoiser.compiled
-    assert sharing(Runner(compiled, batch=8), 8) == "one run at a time: a compiled step does not pack (--compile off lets up to 8 runs share each pass)"
+    assert sharing(compiled, 8) == "one run at a time: a compiled step does not pack (--compile off lets up to 8 runs share each pass)"
     block_causal = load_denoiser(write_sdar(tmp_path / "SDAR-tiny"))  # a block-causal loop: its runs do not pack
-    assert sharing(Runner(block_causal, batch=8), 8) == "one run at a time: this model's runs do not pack (core.batch.batchable)"
+    assert sharing(block_causal, 8) == "one run at a time: this model's runs do not pack (core.batch.batchable)"
 
 
 async def test_a_chat_longer_than_the_canvas_loses_its_oldest_turns_not_its_start(denoiser):
@@ -300,3 +301,24 @@ async def test_llama_cpp_completion_continues_a_prompt_and_fills_a_fim_one_as_in
     assert fim["content"] == fim_infill["content"]
     bad = await http.post("/completion", json={"prompt": [1, 2, 3]})
     assert bad.status_code == 400 and bad.json()["error"]["message"] == "prompt must be a string (one prompt per request)"
+
+
+def test_every_command_line_layers_its_settings_through_one_function(tmp_path):
+    """`sharpen`, `sharpen serve` and `sharpen lsp` read flags over the config file with the same
+    app/flags.config_from: the file's values where no flag is given, a flag over the file, and a
+    bad value named by its flag."""
+    from sharpen.app.cli import build_parser as editor_parser
+    from sharpen.app.flags import config_from
+    from sharpen.app.lsp import build_parser as lsp_parser
+    from sharpen.app.serve.main import build_parser as serve_parser
+    from sharpen.core.errors import UsageError
+
+    config = tmp_path / "config.toml"
+    config.write_text("[sampling]\nsteps = 9\ntemperature = 0.5\n[backend]\nbackend_timeout = 7.0\n")
+    for parser in (editor_parser(), serve_parser(), lsp_parser()):
+        layered = config_from(parser.parse_args(["--config", str(config), "--steps", "5"]))
+        assert (layered.sampling.steps, layered.sampling.temperature) == (5, 0.5)
+        if "--backend" in parser.format_help():
+            assert layered.remote.backend_timeout == 7.0
+        with pytest.raises(UsageError, match="^--steps "):
+            config_from(parser.parse_args(["--config", str(config), "--steps", "0"]))

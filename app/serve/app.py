@@ -17,8 +17,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from . import edits, llama, openai
-from .common import HTTPError, Server, error_body, error_response, server_of
+from .common import ClientGone, HTTPError, Server, error_body, error_response, server_of
+from .edits import Edits
+from .llama import Completion, Infill
+from .openai import ChatCompletions, Completions, FimCompletions, model, models
+from .respond import Endpoint, handler
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +34,8 @@ async def health(request: Request):
 
 async def metrics(request: Request):
     server = server_of(request)
-    runner = getattr(server.backend, "runner", None)
-    batcher = getattr(runner, "batcher", None)
-    batching = (batcher.passes, batcher.packed_runs) if batcher is not None else None
-    return PlainTextResponse(server.metrics.render(runner.waiting if runner else 0, batching), media_type="text/plain; version=0.0.4")
+    text = server.metrics.render(server.backend.waiting(), server.backend.batching())
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
 async def _http_error(request: Request, exc: HTTPError):
@@ -46,6 +47,14 @@ async def _starlette_error(request: Request, exc: StarletteHTTPException):
     return error_response(exc.status_code, message, getattr(exc, "headers", None))
 
 
+async def _client_gone(request: Request, exc: ClientGone):
+    # A client that closed its connection while sending its body: no answer reaches it, and its
+    # leaving is no failure of the server: one debug line, never a traceback (anyone who can
+    # connect could otherwise fill the log).
+    log.debug("%s %s: the client left while sending its body", request.method, request.url.path)
+    return error_response(499, "the client closed the request")
+
+
 async def _unexpected(request: Request, exc: Exception):
     log.exception("%s %s failed", request.method, request.url.path)
     first = str(exc).splitlines()[0] if str(exc) else ""
@@ -55,8 +64,8 @@ async def _unexpected(request: Request, exc: Exception):
 class Guard:
     """Pure ASGI middleware (streams pass through untouched): the key, then counting answers."""
 
-    def __init__(self, app, server: Server) -> None:
-        self.app, self.server = app, server
+    def __init__(self, app, server: Server, routes: list[Route]) -> None:
+        self.app, self.server, self.routes = app, server, routes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -76,7 +85,7 @@ class Guard:
                 return
             await self.app(scope, receive, counted)
         finally:
-            self.server.metrics.answered(_route_of(path), status.get("code", 499))
+            self.server.metrics.answered(_route_of(path, self.routes), status.get("code", 499))
 
     def _authorized(self, scope) -> bool:
         headers = dict(scope["headers"])
@@ -85,31 +94,46 @@ class Guard:
         return hmac.compare_digest(token.encode(), self.server.api_key.encode())
 
 
-ROUTES = [
+# The model's endpoints: a route row each, its Shape reading the body and wording the answer
+# (app/serve/respond.py runs them all). A new endpoint is one Shape and one row here.
+ENDPOINTS = [
+    Endpoint("/infill", Infill),
+    Endpoint("/completion", Completion),
+    Endpoint("/v1/completions", Completions),
+    Endpoint("/completions", Completions),
+    Endpoint("/v1/fim/completions", FimCompletions),
+    Endpoint("/v1/chat/completions", ChatCompletions),
+    Endpoint("/chat/completions", ChatCompletions),
+    Endpoint("/v1/edits", Edits),
+]
+
+GET_ROUTES = [
     Route("/health", health, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
-    Route("/v1/models", openai.models, methods=["GET"]),
-    Route("/models", openai.models, methods=["GET"]),
-    Route("/v1/models/{model:path}", openai.model, methods=["GET"]),
-    Route("/infill", llama.infill, methods=["POST"]),
-    Route("/completion", llama.completion, methods=["POST"]),
-    Route("/v1/completions", openai.completions, methods=["POST"]),
-    Route("/completions", openai.completions, methods=["POST"]),
-    Route("/v1/fim/completions", openai.fim_completions, methods=["POST"]),
-    Route("/v1/chat/completions", openai.chat_completions, methods=["POST"]),
-    Route("/chat/completions", openai.chat_completions, methods=["POST"]),
-    Route("/v1/edits", edits.edits, methods=["POST"]),
+    Route("/v1/models", models, methods=["GET"]),
+    Route("/models", models, methods=["GET"]),
+    Route("/v1/models/{model:path}", model, methods=["GET"]),
 ]
 
 
-def _route_of(path: str) -> str:
+def routes_of(endpoints: list[Endpoint]) -> list[Route]:
+    return [*GET_ROUTES, *(Route(e.path, handler(e.shape), methods=["POST"]) for e in endpoints)]
+
+
+ROUTES = routes_of(ENDPOINTS)
+
+
+def _route_of(path: str, routes: list[Route]) -> str:
     """The route a path is answered by, as /metrics labels it ("/v1/models/{model:path}"); "other"
     for none, so a client probing paths cannot grow the label set."""
-    return next((r.path for r in ROUTES if r.path_regex.match(path)), "other")
+    return next((r.path for r in routes if r.path_regex.match(path)), "other")
 
 
-def build_app(server: Server) -> Starlette:
-    app = Starlette(routes=ROUTES, exception_handlers={HTTPError: _http_error, StarletteHTTPException: _starlette_error, Exception: _unexpected})
+def build_app(server: Server, endpoints: list[Endpoint] = ENDPOINTS) -> Starlette:
+    """The application; `endpoints`: its POST route rows (ENDPOINTS; a test adds one of its own)."""
+    routes = ROUTES if endpoints is ENDPOINTS else routes_of(endpoints)
+    app = Starlette(routes=routes, exception_handlers={HTTPError: _http_error, ClientGone: _client_gone, StarletteHTTPException: _starlette_error,
+                                                       Exception: _unexpected})
     app.state.server = server
-    app.add_middleware(Guard, server=server)
+    app.add_middleware(Guard, server=server, routes=routes)
     return app

@@ -1,7 +1,7 @@
 """A run on a worker thread, its events awaited on the event loop.
 
     handle = start_run(backend, request, every=0.0, seconds=30)
-    async for event in handle.events():   # core.run.Progress ..., then Done, or Stopped
+    async for event in handle.events():   # core.events.Progress ..., then Done, or Stopped
         ...
     handle.cancel()                       # between two denoising steps
 
@@ -16,22 +16,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import dataclass
 from typing import AsyncIterator
 
-
-@dataclass(frozen=True)
-class Stopped:
-    reason: str  # "cancelled" (the client left, or the handler gave up) or "deadline" (the time budget ran out)
-    last: object | None  # the last core.run.Progress seen, None when the run never started
-
-
-@dataclass(frozen=True)
-class Failed:
-    """A streamed run that failed after its answer had started: sent as an error event."""
-
-    status: int
-    message: str  # one plain line
+from ...core.events import Done, Progress, Stopped
 
 
 _END = object()
@@ -69,8 +56,6 @@ class RunHandle:
 
     async def events(self) -> AsyncIterator[object]:
         """The run's events; the last is Done, or Stopped when it was cancelled or ran out of time."""
-        from ...core.run import Done, Progress
-
         last = None
         try:
             while True:

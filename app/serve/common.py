@@ -8,7 +8,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 from ...core.errors import SharpenError, UsageError
@@ -54,6 +54,11 @@ class Server:
     metrics: Metrics = field(default_factory=Metrics)
     started: float = field(default_factory=time.time)
 
+    def __post_init__(self) -> None:
+        from ..backend import served
+
+        self.backend = served(self.backend)  # what the server asks beside runs, for any backend (a remote one too)
+
     @property
     def max_tokens(self) -> int:
         """Slots one span may get: the limit, and half the model's canvas (room left for context)."""
@@ -63,13 +68,14 @@ class Server:
         """The conversation rendered by the model's own chat template (400 when it has none). One
         too long for the canvas beside `slots` loses its oldest turns (system messages and the
         last turn stay), as chat clients trim a history: cutting the rendered text instead would
-        start the canvas inside a turn, its template's markers gone."""
-        runner = self.backend.runner
-        tokenizer = runner.denoiser.tokenizer
+        start the canvas inside a turn, its template's markers gone. Turns that cannot fit even by
+        their characters go before anything is rendered (a 5 MB history is never rendered whole);
+        what is kept and still cannot fit is a 400 naming the room."""
+        backend = self.backend
         room = max(0, min(self.editing.context_tokens, self.info.max_len - slots))
 
         def fits(text: str) -> bool:  # the cheap bound first: a long history is never encoded whole
-            return tokenizer.fewest_tokens(text) <= room and len(tokenizer.encode(text)) <= room
+            return backend.count_tokens(text, at_most=room) <= room
 
         droppable = [i for i, m in enumerate(messages[:-1]) if m["role"] != "system"]  # oldest first
 
@@ -77,28 +83,41 @@ class Server:
             gone = set(droppable[:k])
             return [m for i, m in enumerate(messages) if i not in gone]
 
+        def contents_fit(k: int) -> bool:  # the turns' own text, without the template's: fewer tokens than the render
+            return fits("".join(m["content"] for m in without(k)))
+
+        # The fewest oldest turns to drop before their text alone fits (a binary search: a 5 MB
+        # history is joined a few times, never rendered whole).
+        least, high = 0, len(droppable)
+        if not contents_fit(high):
+            raise HTTPError(400, f"the conversation's system messages and last turn are longer than this model's canvas holds "
+                                 f"({room} tokens beside {slots} slots): shorten them")
+        while least < high:
+            middle = (least + high) // 2
+            least, high = (least, middle) if contents_fit(middle) else (middle + 1, high)
+        kept = without(least)
         try:
-            if fits(prompt := runner.chat_text(messages)) or not droppable:
+            if fits(prompt := backend.chat_text(kept)) or least == len(droppable):
                 return prompt
-            low, high = 1, len(droppable)  # the fewest turns to drop: a binary search, a render or two per halving
+            low, high = least + 1, len(droppable)  # the fewest turns to drop: a binary search, a render or two per halving
             while low < high:
                 middle = (low + high) // 2
-                low, high = (low, middle) if fits(runner.chat_text(without(middle))) else (middle + 1, high)
-            return runner.chat_text(without(low))  # if even that is too long, the canvas keeps its end
+                low, high = (low, middle) if fits(backend.chat_text(without(middle))) else (middle + 1, high)
+            return backend.chat_text(without(low))  # if even that is too long, the canvas keeps its end
         except SharpenError as exc:
             raise HTTPError(400 if isinstance(exc, UsageError) else 500, str(exc)) from None
 
-    def estimate_context(self, edit: EditRequest) -> tuple[int, bool]:
-        """About the tokens of text around the first span that the canvas can hold, and whether
-        that text is more than it holds: for a run with no result to count them (cut by its time
-        budget); a finished run's result knows (EditResult.prompt_tokens, .context_cut)."""
+    def estimate_context(self, text: str, at: int, slots: int) -> tuple[int, bool]:
+        """About the tokens of `text` around offset `at` that the canvas can hold beside `slots`, and
+        whether that text is more than it holds: for an answer with no result to count them (cut
+        by its time budget, or nothing ran); a finished run's result knows (EditResult.prompt_tokens,
+        .context_cut)."""
         window = self.editing.context_tokens * 8  # characters: enough for the budget, never the whole file
-        span = edit.spans[0]
-        around = edit.text[max(0, span.start - window):span.start] + edit.text[span.end:span.end + window]
-        room = max(0, self.info.max_len - (span.max_tokens or 0))  # the slots take their share of the canvas first
+        around = text[max(0, at - window):at] + text[at:at + window]
+        room = max(0, self.info.max_len - slots)  # the slots take their share of the canvas first
         fits = min(self.editing.context_tokens, room)
-        tokens = len(self.backend.runner.denoiser.tokenizer.encode(around))
-        beyond = span.start > window or span.end + window < len(edit.text)
+        tokens = self.backend.count_tokens(around)
+        beyond = at > window or at + window < len(text)
         return min(tokens, fits), beyond or tokens > fits
 
 
@@ -131,29 +150,59 @@ def status_of(exc: SharpenError) -> int:
     return 500
 
 
+class ClientGone(Exception):
+    """The client closed its connection while sending its body: nobody to answer (app.py logs
+    one line at most, never a traceback: a client leaving is not a server failure)."""
+
+
 async def read_json(request: Request) -> dict:
-    """The body as a JSON object, at most Limits.body_bytes (413), well-formed (400)."""
+    """The body as a JSON object, at most Limits.body_bytes (413), well-formed (400). A lone
+    surrogate a client escaped (`"\\ud800"`) becomes U+FFFD, as a decoder reading bytes would
+    make it: nothing downstream (the tokenizer, the answer's UTF-8) can carry one."""
     limit = server_of(request).limits.body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise HTTPError(413, f"the body is too large ({int(declared)} bytes; at most {limit})")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPError(413, f"the body is too large (more than {limit} bytes)")
-        chunks.append(chunk)
     try:
-        data = json.loads(b"".join(chunks).decode("utf-8"))
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise HTTPError(413, f"the body is too large (more than {limit} bytes)")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientGone() from None
+    raw = b"".join(chunks)
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise HTTPError(400, "the body is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise HTTPError(400, f"the body is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:  # the json module recurses per nesting level: a few KB of '[' reach Python's limit
         raise HTTPError(400, "the body is not JSON this server reads (nested too deeply)") from None
+    except ValueError as exc:  # Python's int-conversion limit: a number of more than 4,300 digits
+        raise HTTPError(400, f"the body is not JSON this server reads ({str(exc).split(';')[0]})") from None
     if not isinstance(data, dict):
         raise HTTPError(400, "the body must be a JSON object")
+    if _ESCAPED_SURROGATE.search(raw):
+        data = _without_surrogates(data)
     return data
+
+
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # raw bytes never hold one (not UTF-8); an escape may
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_surrogates(value):
+    """`value` with every lone surrogate in its strings (keys too) made U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def sse(data) -> bytes:
@@ -204,21 +253,21 @@ def sampling_of(server: Server, body: dict) -> Sampling:
         raise HTTPError(400, f"{exc.name} {exc.rule}") from None
 
 
-def token_budget(server: Server, body: dict, *names: str, default: int, endless: int | None = None) -> int:
-    """The slots asked for under the first of `names` present, refused above the server's bound;
-    `default` when none is. `endless`: the value that asks for no limit (llama.cpp's -1): the
-    server's bound."""
+def token_budget(server: Server, body: dict, *names: str, default: int, endless: int | None = None) -> tuple[int, bool]:
+    """(slots, clamped): the slots asked for under the first of `names` present, clamped to the
+    server's bound (clamped: it asked for more, which the answer says, as llama-server clamps to
+    its own); `default` when none is. `endless`: the value that asks for no limit (llama.cpp's
+    -1): the server's bound. Refused only what no bound can mean: a negative or non-whole number."""
     for name in names:
         value = field_of(body, name, int)
-        if value is not None and value == endless:
-            return server.max_tokens
-        if value is not None:
-            if value < 0:
-                raise HTTPError(400, f"{name} must be at least 0")
-            if value > server.max_tokens:
-                raise HTTPError(400, f"{name} is too large ({value}; this server takes at most {server.max_tokens})")
-            return value
-    return min(default, server.max_tokens)
+        if value is None:
+            continue
+        if value == endless:
+            return server.max_tokens, False
+        if value < 0:
+            raise HTTPError(400, f"{name} must be at least 0{' (or -1: no limit)' if endless == -1 else ''}")
+        return min(value, server.max_tokens), value > server.max_tokens
+    return min(default, server.max_tokens), False
 
 
 def point_request(server: Server, prefix: str, suffix: str, tokens: int, sampling: Sampling) -> EditRequest:
@@ -267,6 +316,9 @@ _FIM_FORMATS = (
     re.compile(r"^(?P<pre>.*?)<fim_prefix>(?P<p>.*)<fim_suffix>(?P<s>.*)<fim_middle>$", re.S),  # StarCoder
     re.compile(r"^(?P<pre>.*?)<PRE> (?P<p>.*) <SUF>(?P<s>.*) <MID>$", re.S),  # CodeLlama
     re.compile(r"^(?P<pre>.*?)\[SUFFIX\](?P<s>.*)\[PREFIX\](?P<p>.*)$", re.S),  # Codestral (suffix first)
+    # DeepSeek-Coder's markers are written with U+FF5C (fullwidth bar) and U+2581 (lower block), as Zed sends them
+    re.compile("^(?P<pre>.*?)<\uff5cfim\u2581begin\uff5c>(?P<p>.*)<\uff5cfim\u2581hole\uff5c>(?P<s>.*)<\uff5cfim\u2581end\uff5c>$", re.S),
+    re.compile(r"^(?P<pre>.*?)<\|code_prefix\|>(?P<p>.*)<\|code_suffix\|>(?P<s>.*)<\|code_middle\|>$", re.S),  # GLM (Zed's glm)
 )
 _CONTEXT_MARKERS = re.compile(r"<\|(?:repo_name|file_sep|fim_pad|endoftext)\|>")
 

@@ -2,24 +2,38 @@
 instruction and a strength), denoised together in one canvas.
 
 The body is core.request.EditRequest's JSON (`text`, `spans`, `sampling`, `editing`, `path`)
-plus `stream`. Without it the answer is core.run.Done's JSON: the change set (which ranges of
+plus `stream`. Without it the answer is core.events.Done's JSON: the change set (which ranges of
 the text become which text), each span's text and alternatives, steps, tokens, time. With it,
-server-sent events: one core.run.Progress JSON per denoising step (each span's draft and every
+server-sent events: one core.events.Progress JSON per denoising step (each span's draft and every
 slot's state), then the Done JSON, then [DONE]; a client draws exactly what a local run draws
-(app/remote.py does).
+(app/remote.py does). A stream that fails or runs out of time ends with `{"type": "error",
+"error": {...}}` and [DONE].
 """
 from __future__ import annotations
 
-from contextlib import aclosing
-
-from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
-
 from ...core.errors import SharpenError
 from ...core.request import EditRequest
-from .common import SSE_HEADERS, HTTPError, error_body, read_json, server_of, sse
-from .bridge import Failed
-from .runs import open_stream, run_to_end
+from .common import HTTPError, error_body, field_of
+from .respond import Plan, Shape
+
+
+class Edits(Shape):
+    @classmethod
+    def read(cls, server, body: dict) -> Plan:
+        stream = field_of(body, "stream", bool, False)
+        return Plan(edit_of(server, body), cls(), stream)
+
+    def step(self, progress) -> list:
+        return [progress.to_json()]
+
+    def final(self, done) -> list:
+        return [done.to_json()]
+
+    def whole(self, done) -> dict:
+        return done.to_json()
+
+    def error(self, status: int, message: str) -> dict:
+        return {"type": "error", **error_body(status, message)}  # a frame's and a result's kin: the client reads `type`
 
 
 def edit_of(server, body: dict) -> EditRequest:
@@ -35,39 +49,3 @@ def edit_of(server, body: dict) -> EditRequest:
     if edit.sampling.samples > 8:
         raise HTTPError(400, "sampling.samples is too large for this server (at most 8)")
     return edit
-
-
-async def edits(request: Request):
-    server = server_of(request)
-    body = await read_json(request)
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise HTTPError(400, "stream must be true or false")
-    edit = edit_of(server, body)
-    if stream:
-        events = await open_stream(request, server, edit)
-        return StreamingResponse(_stream(events, server), media_type="text/event-stream", headers=SSE_HEADERS)
-    outcome = await run_to_end(request, server, edit)
-    if outcome.done is None:
-        if outcome.stopped.reason == "deadline":
-            raise HTTPError(504, f"the run took longer than this server allows ({server.limits.seconds:g} s)")
-        raise HTTPError(499, "the client closed the request")
-    return JSONResponse(outcome.done.to_json())
-
-
-async def _stream(events, server):
-    from ...core.run import Done, Progress
-
-    async with aclosing(events):
-        async for event in events:
-            if isinstance(event, (Progress, Done)):
-                yield sse(event.to_json())
-                if isinstance(event, Done):
-                    yield sse("[DONE]")
-                    return
-            elif isinstance(event, Failed):  # the run failed after the stream began
-                yield sse(error_body(event.status, event.message))
-                return
-            else:  # Stopped by the server's time limit
-                yield sse({"type": "error", "error": {"message": f"the run took longer than this server allows ({server.limits.seconds:g} s)", "code": 504}})
-                return

@@ -9,13 +9,15 @@ paths, flattened ("timings/prompt_n": ...), as llama.cpp does.
 
 A masked-diffusion model fills the whole span at once, so:
 - n_predict is the span's slot budget (pad trims what is not used); -1 (llama.cpp's "no limit")
-  is the server's own bound (--max-tokens); 0 is a warm-up: the client is only priming a cache,
-  and nothing runs. stop_type is "limit" when every slot held content, as when llama.cpp ran
-  out of n_predict.
+  is the server's own bound (--max-request-tokens); more than that bound is clamped to it, as
+  llama-server clamps to its own (Continue sends 4096 by default), and the answer says
+  `truncated: true`; 0 is a warm-up: the client is only priming a cache, and nothing runs.
+  stop_type is "limit" when every slot held content, as when llama.cpp ran out of n_predict.
 - t_max_predict_ms ends the run early: the answer is what was committed from the left by then,
-  with stop_type "limit" (llama.cpp's own for a time limit).
+  with stop_type "limit" (llama.cpp's own for a time limit). The server's --max-seconds, when it
+  comes first, is a 504 (a stream ends with its last chunk, stop_type "limit").
 - truncated is llama.cpp's: the context did not all fit (here: the canvas held only part of the
-  text around the cursor), so a client can say its context is too long.
+  text around the cursor), so a client can say its context is too long; or n_predict was clamped.
 - n_indent ends the content at the first later line indented less (llama.cpp's rule).
 - input_extra goes before the prefix, as context a long enough canvas may reach.
 - cache_prompt, t_max_prompt_ms, samplers, id_slot are accepted and have no effect:
@@ -24,78 +26,104 @@ A masked-diffusion model fills the whole span at once, so:
 """
 from __future__ import annotations
 
-import time
-from contextlib import aclosing
-
-from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
-
-from .common import (SSE_HEADERS, HTTPError, cut_at_stop, error_body, field_of, point_request, prompt_of, read_json, sampling_of, server_of, split_fim,
-                     sse, stop_strings, token_budget)
-from .bridge import Failed
-from .runs import committed_text, open_stream, run_to_end
+from .common import (HTTPError, cut_at_stop, field_of, point_request, prompt_of, sampling_of, split_fim, stop_strings,
+                     token_budget)
+from .respond import Plan, Shape, committed_text
 
 MAX_EXTRA_CHUNKS = 64
 
 
-async def infill(request: Request):
-    server = server_of(request)
-    body = await read_json(request)
-    prefix = field_of(body, "input_prefix", str, "")
-    suffix = field_of(body, "input_suffix", str, "")
-    middle = field_of(body, "prompt", str, "")
-    extra = _extra_context(body)
-    return await _fill(request, server, body, extra + prefix + middle, suffix)
+class Infill(Shape):
+    """POST /infill: llama.vim's and llama.vscode's body (see the module's notes)."""
+
+    done_marker = False  # llama.cpp's /infill and /completion streams end with their stop: true chunk
+
+    @classmethod
+    def read(cls, server, body: dict) -> Plan:
+        prefix = field_of(body, "input_prefix", str, "")
+        suffix = field_of(body, "input_suffix", str, "")
+        middle = field_of(body, "prompt", str, "")
+        return cls.fill(server, body, _extra_context(body) + prefix + middle, suffix)
+
+    @classmethod
+    def fill(cls, server, body: dict, before: str, suffix: str) -> Plan:
+        """An infill between `before` and `suffix`, answered as llama.cpp answers."""
+        n_indent = field_of(body, "n_indent", int, 0)
+        stops = stop_strings(body)
+        fields = _response_fields(body)
+        stream = field_of(body, "stream", bool, False)
+        # llama.cpp: -1 is no limit; more than the server's bound is clamped to it, and the answer says so
+        n_predict, clamped = token_budget(server, body, "n_predict", default=server.max_tokens, endless=-1)
+        predict_ms = field_of(body, "t_max_predict_ms", (int, float), 0)
+        sampling = sampling_of(server, body)
+        slot = field_of(body, "id_slot", int, -1)
+        shape = cls(server, before, suffix, n_indent, stops, fields, slot, n_predict, clamped)
+        shape.budget = predict_ms / 1000 if predict_ms and predict_ms > 0 else None
+        if n_predict == 0:  # a warm-up: llama.vim primes the server's cache this way; nothing to run
+            return Plan(None, shape, stream)
+        return Plan(point_request(server, before, suffix, n_predict, sampling), shape, stream)
+
+    def __init__(self, server, before, suffix, n_indent, stops, fields, slot, n_predict, clamped) -> None:
+        self.server, self.text, self.at = server, before + suffix, len(before)
+        self.n_indent, self.stops, self.fields, self.slot = n_indent, stops, fields, slot
+        self.n_predict, self.clamped = n_predict, clamped
+        self.sent = ""  # what the stream has sent: the text committed from the left
+
+    def _cut(self, content: str) -> tuple[str, str | None]:
+        return cut_at_stop(cut_at_indent(content, self.n_indent), self.stops)
+
+    def step(self, progress) -> list:
+        now = self._cut(committed_text(progress, self.text, self.at))[0]
+        if now.startswith(self.sent) and len(now) > len(self.sent):
+            chunk, self.sent = now[len(self.sent):], now
+            return [{"content": chunk, "stop": False, "id_slot": self.slot}]
+        return []
+
+    def final(self, done) -> list:
+        if done is None:  # a streamed warm-up
+            return [self._answer("", 0, None, full=False, counts=(0, False))]
+        content, word = self._cut(done.result.spans[0].text)
+        rest = content[len(self.sent):] if content.startswith(self.sent) else ""
+        return [self._answer(rest, done.result.tokens, word, full=done.result.tokens >= self.n_predict,
+                             counts=(done.result.prompt_tokens, done.result.context_cut))]
+
+    def cut(self, stopped, server) -> list:
+        """The time ran out mid-stream (the request's budget or the server's): what was sent stands;
+        the last chunk has the counts, stop_type "limit"."""
+        return [self._answer("", stopped.last.sharp if stopped.last is not None else 0, None, full=True)]
+
+    def whole(self, done) -> dict:
+        if done is None:
+            return _project(self._answer("", 0, None, full=False, counts=(0, False)), self.fields)
+        content, word = self._cut(done.result.spans[0].text)
+        result = done.result
+        return _project(self._answer(content, result.tokens, word, full=result.tokens >= self.n_predict,
+                                     counts=(result.prompt_tokens, result.context_cut)), self.fields)
+
+    def whole_cut(self, stopped) -> dict:
+        """t_max_predict_ms ran out: what was committed from the left, stop_type "limit"."""
+        if stopped.last is None:
+            raise HTTPError(503, "the model was busy for the whole t_max_predict_ms", {"Retry-After": "1"})
+        content, word = self._cut(committed_text(stopped.last, self.text, self.at))
+        return _project(self._answer(content, stopped.last.sharp, word, full=True), self.fields)
+
+    def _answer(self, content: str, predicted: int, word: str | None, full: bool, counts: tuple[int, bool] | None = None) -> dict:
+        prompt_n, cut = counts if counts is not None else self.server.estimate_context(self.text, self.at, self.n_predict)
+        first = self.timing.first or 0.0
+        # truncated: the context did not all fit, or n_predict asked more than this server's bound (then clamped to it)
+        return _answer(content, self.server, prompt_n, predicted, first, self.timing.seconds() - first, cut or self.clamped, self.slot, word, full=full)
 
 
-async def completion(request: Request):
+class Completion(Infill):
     """llama.cpp's own POST /completion (Continue's llama.cpp provider, llama.cpp's web UI): a
     prompt continued, or split back into prefix and suffix when it is formatted for
     fill-in-the-middle (as /v1/completions splits one); the answer and stream are /infill's."""
-    server = server_of(request)
-    body = await read_json(request)
-    prompt = prompt_of(body)
-    before, suffix = split_fim(prompt) or (prompt, "")
-    return await _fill(request, server, body, before, suffix)
 
-
-async def _fill(request: Request, server, body: dict, before: str, suffix: str):
-    """An infill between `before` and `suffix`, answered as llama.cpp answers (see the module's notes)."""
-    n_indent = field_of(body, "n_indent", int, 0)
-    stops = stop_strings(body)
-    fields = _response_fields(body)
-    stream = field_of(body, "stream", bool, False)
-    n_predict = token_budget(server, body, "n_predict", default=server.max_tokens, endless=-1)  # llama.cpp: -1 is no limit
-    predict_ms = field_of(body, "t_max_predict_ms", (int, float), 0)
-    sampling = sampling_of(server, body)
-    slot = field_of(body, "id_slot", int, -1)
-    if n_predict == 0:  # a warm-up: llama.vim primes the server's cache this way; nothing to run
-        return JSONResponse(_project(_answer("", server, 0, 0, 0.0, 0.0, False, slot, None), fields))
-    edit = point_request(server, before, suffix, n_predict, sampling)
-    budget = predict_ms / 1000 if predict_ms and predict_ms > 0 else None
-    if stream:
-        started = time.perf_counter()
-        events = await open_stream(request, server, edit, seconds=budget)
-        return StreamingResponse(_stream(server, events, edit, len(before), n_indent, stops, slot, started), media_type="text/event-stream", headers=SSE_HEADERS)
-    outcome = await run_to_end(request, server, edit, seconds=budget, every=0.0 if budget else 3600.0)
-    timed_out = False
-    if outcome.done is not None:
-        content = outcome.done.result.spans[0].text
-        predicted = outcome.done.result.tokens
-    elif outcome.stopped.reason == "deadline" and outcome.stopped.last is not None:
-        content, timed_out = committed_text(outcome.stopped.last, edit.text, len(before)), True
-        predicted = outcome.stopped.last.sharp
-    elif outcome.stopped.reason == "deadline":
-        raise HTTPError(503, "the model was busy for the whole t_max_predict_ms", {"Retry-After": "1"})
-    else:
-        raise HTTPError(499, "the client closed the request")
-    content, word = cut_at_stop(cut_at_indent(content, n_indent), stops)
-    first = outcome.first_frame or 0.0
-    result = outcome.done.result if outcome.done is not None else None
-    prompt_n, cut = (result.prompt_tokens, result.context_cut) if result is not None else server.estimate_context(edit)
-    answer = _answer(content, server, prompt_n, predicted, first, outcome.seconds - first, cut, slot, word,
-                     full=timed_out or predicted >= n_predict)
-    return JSONResponse(_project(answer, fields))
+    @classmethod
+    def read(cls, server, body: dict) -> Plan:
+        prompt = prompt_of(body)
+        before, suffix = split_fim(prompt) or (prompt, "")
+        return cls.fill(server, body, before, suffix)
 
 
 def _extra_context(body: dict) -> str:
@@ -178,37 +206,3 @@ def _answer(content, server, prompt_n, predicted_n, prompt_s, predict_s, truncat
             "predicted_per_second": predicted_n / predict_s if predict_s > 0 else 0.0,
         },
     }
-
-
-async def _stream(server, events, edit, at: int, n_indent: int, stops: list[str], slot: int, started: float):
-    """stream: true: llama.cpp's chunks ({content, stop: false}) carry the text committed from
-    the left as it settles; the last ({stop: true}) the rest and the timings."""
-    from ...core.run import Done, Progress
-
-    sent = ""
-    first = None  # seconds from `started` (the request's) to the first frame: the canvas built and read, llama.cpp's prompt time
-    async with aclosing(events):
-        async for event in events:
-            if isinstance(event, Progress):
-                first = time.perf_counter() - started if first is None else first
-                now = cut_at_stop(cut_at_indent(committed_text(event, edit.text, at), n_indent), stops)[0]
-                if now.startswith(sent) and len(now) > len(sent):
-                    yield sse({"content": now[len(sent):], "stop": False, "id_slot": slot})
-                    sent = now
-            elif isinstance(event, Done):
-                final, word = cut_at_stop(cut_at_indent(event.result.spans[0].text, n_indent), stops)
-                rest = final[len(sent):] if final.startswith(sent) else ""
-                seconds, prompt_s = time.perf_counter() - started, first or 0.0
-                result = event.result
-                yield sse(_answer(rest, server, result.prompt_tokens, result.tokens, prompt_s, seconds - prompt_s, result.context_cut, slot, word,
-                                  full=result.tokens >= edit.spans[0].max_tokens))
-                return
-            elif isinstance(event, Failed):  # the run failed after the stream began
-                yield sse(error_body(event.status, event.message))
-                return
-            else:  # Stopped: the time ran out; what was sent stands
-                prompt_s = first or 0.0
-                sharp = event.last.sharp if event.last is not None else 0
-                prompt_n, cut = server.estimate_context(edit)
-                yield sse(_answer("", server, prompt_n, sharp, prompt_s, time.perf_counter() - started - prompt_s, cut, slot, None, full=True))
-                return

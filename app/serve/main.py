@@ -1,22 +1,31 @@
 """`sharpen serve`: load one model and answer editors over HTTP (see docs/server.md).
 
-    sharpen serve [--model M] [--host 127.0.0.1] [--port 8012] [--api-key KEY | SHARPEN_API_KEY=KEY]
+    sharpen serve [--model M | --backend URL] [--host 127.0.0.1] [--port 8012] [--api-key KEY | SHARPEN_API_KEY=KEY]
 
 Loopback by default. Any other host needs a key: from SHARPEN_API_KEY (preferred: a command
 line shows in `ps`) or --api-key. The socket is bound before the model loads, so a port in use
-is one line and exit 3 at once; the model then loads once and serves every client.
+is one line and exit 3 at once; the model then loads once and serves every client. With
+--backend the model is another server's (any app/backend.py Backend serves): this one answers
+every endpoint in its clients' shapes and runs each request there.
+
+The log goes through a bounded queue to stderr on a thread of its own: a stderr nobody reads
+(a pipe left full) loses log lines, never blocks the server.
 """
 from __future__ import annotations
 
 import argparse
+import atexit
 import ipaddress
 import logging
+import logging.handlers
 import os
+import queue
 import socket
 import sys
+import time
 
 from ...core.errors import InputError, UsageError
-from ...core.settings import Editing, ModelRequest, Sampling, SettingError
+from ...core.settings import Editing, ModelRequest, Sampling
 from .common import Limits
 
 KEY_ENV = "SHARPEN_API_KEY"
@@ -29,6 +38,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ..config import Remote
     from ..flags import add_settings
 
     parser = _Parser(prog="sharpen serve", description="Serve one loaded model to every editor: llama.cpp /infill, "
@@ -48,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_settings(parser, ModelRequest, "model (also [model] in the config file)")
     add_settings(parser, Sampling, "default sampling; a request overrides it per field")
     add_settings(parser, Editing, "default edit settings")
+    add_settings(parser, Remote, "backend: serve another server's model (the key to it only from $SHARPEN_API_KEY or backend_key_env)")
     return parser
 
 
@@ -61,9 +72,7 @@ def is_loopback(host: str) -> bool:
 
 
 def serve(argv: list[str]) -> int:
-    from dataclasses import fields
-
-    from ..config import by_section, load_config
+    from ..flags import config_from
 
     args = build_parser().parse_args(argv)
     key = os.environ.get(KEY_ENV) or args.api_key
@@ -76,41 +85,75 @@ def serve(argv: list[str]) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if not args.max_seconds > 0:
         raise UsageError("--max-seconds must be above 0")
-    config = load_config(os.path.expanduser(args.config) if args.config else None)
-    given = {f.name: getattr(args, f.name) for r in (ModelRequest, Sampling, Editing) for f in fields(r) if hasattr(args, f.name)}
-    try:
-        config = config.layered(by_section(given))
-    except SettingError as exc:
-        raise UsageError(f"--{exc.name.replace('_', '-')} {exc.rule}") from None
+    config = config_from(args)  # the one argparse-to-settings step of every command line
     limits = Limits(args.max_body, args.max_request_tokens, args.max_seconds, args.max_waiting, args.max_batch)
     sock = bind(args.host, args.port)  # before the model loads: a port in use fails at once
-    logging.basicConfig(level=args.log_level.upper(), format="sharpen serve: %(levelname)s %(name)s: %(message)s")
+    log_to_stderr(args.log_level)
 
     from ..backend import LocalBackend
     from .app import build_app
     from .common import Server
 
-    backend = LocalBackend(config.model, quiet=False, max_waiting=limits.waiting, batch=limits.batch)
+    if config.remote.backend:
+        from ..remote import RemoteBackend
+
+        backend = RemoteBackend.from_config(config.remote)
+    else:
+        backend = LocalBackend(config.model, quiet=False, max_waiting=limits.waiting, batch=limits.batch)
     info = backend.load()
     server = Server(backend, info, limits, config.sampling, config.editing, api_key=key)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     sys.stderr.write(f"sharpen serve: {info.name} on {info.device}, listening on http://{shown}:{port}"
-                     f"{' (key required)' if key else ''}\nsharpen serve: {sharing(backend.runner, limits.batch)}\n")
+                     f"{' (key required)' if key else ''}\nsharpen serve: {server.backend.load_report()}\n")
     sys.stderr.flush()
     return run_uvicorn(build_app(server), sock, args.log_level)
 
 
-def sharing(runner, batch: int) -> str:
-    """How concurrent requests share the model, for the startup line: a server's users should know
-    whether their runs pack into one pass or queue (core.batch.batchable says which models pack)."""
-    if runner.batcher is not None:
-        return f"up to {batch} runs share each forward pass"
-    if batch == 1:
-        return "one run at a time (--max-batch 1)"
-    if getattr(runner.denoiser, "compiled", False):  # CUDA graphs have their own shapes
-        return f"one run at a time: a compiled step does not pack (--compile off lets up to {batch} runs share each pass)"
-    return "one run at a time: this model's runs do not pack (core.batch.batchable)"
+LOG_QUEUE = 10_000  # log records waiting for stderr; beyond, new ones are dropped (and the drop is logged)
+
+
+class _DroppingQueueHandler(logging.handlers.QueueHandler):
+    """Hands records to the stderr thread; a full queue (stderr not read) drops, never waits, and
+    the next record that finds room is preceded by a line saying how many went."""
+
+    def __init__(self, records: queue.Queue) -> None:
+        super().__init__(records)
+        self.dropped = 0
+
+    def enqueue(self, record) -> None:
+        try:
+            if self.dropped:
+                self.queue.put_nowait(logging.makeLogRecord({"name": __name__, "levelno": logging.WARNING, "levelname": "WARNING",
+                                                             "msg": f"{self.dropped} log lines dropped: stderr was not read"}))
+                self.dropped = 0
+            self.queue.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+
+
+def log_to_stderr(level: str) -> logging.handlers.QueueListener:
+    """The server's log (its own, Starlette's, uvicorn's, warnings): records go through a bounded
+    queue to a thread that writes stderr, so a stderr nobody reads blocks that thread alone."""
+    records: queue.Queue = queue.Queue(LOG_QUEUE)
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(logging.Formatter("sharpen serve: %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(_DroppingQueueHandler(records))
+    root.setLevel(level.upper())
+    logging.captureWarnings(True)  # a library's warning too: written straight to stderr, it would block like any write
+    listener = logging.handlers.QueueListener(records, stream)
+    listener.start()  # its thread is a daemon: an exit never waits on a stderr nobody reads
+
+    def drain(seconds: float = 2.0) -> None:  # at exit, what is queued gets a moment to reach stderr
+        deadline = time.monotonic() + seconds
+        while not records.empty() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    atexit.register(drain)
+    return listener
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -130,8 +173,12 @@ def bind(host: str, port: int) -> socket.socket:
 def run_uvicorn(app, sock: socket.socket, log_level: str) -> int:
     import uvicorn
 
+    from .framing import JSONFramingProtocol
+
+    # log_config None: uvicorn's loggers keep no handlers of their own and reach stderr through
+    # the queue (log_to_stderr); http: h11 with broken framing answered in the JSON error shape.
     config = uvicorn.Config(app, log_level=log_level, access_log=log_level in ("debug", "info"), timeout_graceful_shutdown=5,
-                            lifespan="off")
+                            lifespan="off", log_config=None, http=JSONFramingProtocol)
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
     return 0

@@ -3,8 +3,10 @@
 - /v1/completions: `prompt` + `suffix` fills the middle; a prompt already formatted for
   fill-in-the-middle (Zed's OpenAI-compatible edit prediction: `<|fim_prefix|>P<|fim_suffix|>S
   <|fim_middle|>` for Qwen tokenizers, StarCoder's `<fim_prefix>`, CodeLlama's `<PRE>`,
-  Codestral's `[SUFFIX]S[PREFIX]P`) is split back into prefix and suffix; a bare prompt is
-  continued.
+  Codestral's `[SUFFIX]S[PREFIX]P`, DeepSeek-Coder's `<｜fim▁begin｜>`, GLM's `<|code_prefix|>`)
+  is split back into prefix and suffix; a bare prompt is continued.
+- max_tokens above the server's bound (Continue's 4096, Mercury's 1000) is clamped to it and the
+  answer's finish_reason is "length"; 0 generates nothing; only negative or non-whole is a 400.
 - /v1/fim/completions: Inception's Mercury FIM (`prompt`, `suffix`, `max_tokens`, `stop`, `stream`).
 - /v1/chat/completions: the conversation through the model's own chat template (400 when it
   has none); the answer's slots follow the assistant's turn.
@@ -20,15 +22,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from contextlib import aclosing
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse
 
-from .common import (SSE_HEADERS, HTTPError, cut_at_stop, error_body, field_of, point_request, prompt_of, read_json, sampling_of, server_of, split_fim,
-                     sse, stop_strings, token_budget)
-from .bridge import Failed
-from .runs import committed_text, open_stream, run_to_end
+from .common import HTTPError, cut_at_stop, field_of, point_request, prompt_of, sampling_of, server_of, split_fim, stop_strings, token_budget
+from .respond import Plan, Shape, committed_text
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 MAX_MESSAGES = 256
@@ -46,44 +45,6 @@ _UNSUPPORTED = {
     "functions": ((None, []), "sharpen calls no functions"),
     "response_format": ((None, {"type": "text"}), "sharpen answers plain text only (response_format type text)"),
 }
-
-async def completions(request: Request):
-    return await _text_completion(request, fim_only=False)
-
-
-async def fim_completions(request: Request):
-    return await _text_completion(request, fim_only=True)
-
-
-async def _text_completion(request: Request, fim_only: bool):
-    server = server_of(request)
-    body = await read_json(request)
-    prompt = prompt_of(body)
-    suffix = field_of(body, "suffix", str, None)
-    _refuse_unsupported(body)
-    echo = prompt if field_of(body, "echo", bool, False) else ""
-    if suffix is None and not fim_only and (parts := split_fim(prompt)) is not None:
-        prefix, suffix = parts
-    else:
-        prefix, suffix = prompt, suffix or ""
-    # -1: llama.cpp's "no limit" (llama.vscode sends it), the server's own bound
-    tokens = token_budget(server, body, "max_tokens", "max_completion_tokens", default=DEFAULT_MAX_TOKENS, endless=-1)
-    edit = point_request(server, prefix, suffix, tokens, sampling_of(server, body))
-    shape = _Shape("text_completion", server.info.name, chat=False, echo=echo)
-    return await _answer(request, server, body, edit, shape)
-
-
-async def chat_completions(request: Request):
-    server = server_of(request)
-    body = await read_json(request)
-    messages = _messages(body)
-    _refuse_unsupported(body)
-    tokens = token_budget(server, body, "max_tokens", "max_completion_tokens", "n_predict", default=server.max_tokens, endless=-1)
-    prompt = server.chat_prompt(messages, tokens)
-    edit = point_request(server, prompt, "", tokens, sampling_of(server, body))
-    shape = _Shape("chat.completion", server.info.name, chat=True)
-    return await _answer(request, server, body, edit, shape)
-
 
 async def models(request: Request):
     return JSONResponse({"object": "list", "data": [_model(server_of(request))]})
@@ -141,34 +102,105 @@ def _messages(body: dict) -> list[dict]:
     return out
 
 
-class _Shape:
-    """How a completion is worded: text completions carry `text`, chat ones a message or a delta.
-    `echo`: the prompt, put before the text (OpenAI's echo); `usage`: a stream's chunks carry a
-    usage field and a last chunk the counts (stream_options.include_usage)."""
+class _Completion(Shape):
+    """How an OpenAI-style completion is worded: text completions carry `text`, chat ones a message
+    or a delta. `echo`: the prompt, put before the text (OpenAI's echo); `usage`: a stream's chunks
+    carry a usage field and a last chunk the counts (stream_options.include_usage); `diffusing`
+    (Mercury): each streamed chunk is the whole current draft, else the text newly committed from
+    the left. `clamped`: max_tokens asked more than the server's bound: the answer's
+    finish_reason is "length" whatever the model did, since the client asked for more."""
 
-    def __init__(self, kind: str, model: str, chat: bool, echo: str = "", usage: bool = False) -> None:
-        self.kind, self.model, self.chat, self.echo, self.usage = kind, model, chat, echo, usage
-        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+    kind, chat = "text_completion", False
+
+    def __init__(self, server, body: dict, before: str, suffix: str, tokens: int, clamped: bool, echo: str = "") -> None:
+        self.server, self.text, self.at = server, before + suffix, len(before)
+        self.model, self.echo, self.max_tokens, self.clamped = server.info.name, echo, tokens, clamped
+        self.stops = stop_strings(body)
+        self.diffusing = field_of(body, "diffusing", bool, False)
+        self.usage = _include_usage(body)
+        self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
+        self.sent, self.committed, self.first = "", "", True
 
-    def whole(self, text: str, finish: str, usage: dict) -> dict:
+    @classmethod
+    def planned(cls, server, body: dict, before: str, suffix: str, tokens: int, clamped: bool, echo: str = "") -> Plan:
+        shape = cls(server, body, before, suffix, tokens, clamped, echo)
+        stream = field_of(body, "stream", bool, False)
+        if tokens == 0:  # max_tokens 0: nothing to generate, nothing runs (the prompt is still counted)
+            return Plan(None, shape, stream)
+        return Plan(point_request(server, before, suffix, tokens, sampling_of(server, body)), shape, stream)
+
+    # -- the whole answer ---------------------------------------------------------------------
+
+    def whole(self, done) -> dict:
+        text, finish = self._text(done)
         choice = {"index": 0, "finish_reason": finish, "logprobs": None}
         text = self.echo + text
         choice.update({"message": {"role": "assistant", "content": text}} if self.chat else {"text": text})
-        return {"id": self.id, "object": self.kind, "created": self.created, "model": self.model, "choices": [choice], "usage": usage}
+        return {"id": self.id, "object": self.kind, "created": self.created, "model": self.model, "choices": [choice], "usage": self._counts(done)}
 
-    def chunk(self, text: str, finish: str | None = None, first: bool = False) -> dict:
+    # -- a stream -------------------------------------------------------------------------------
+
+    def step(self, progress) -> list:
+        self.committed = now = cut_at_stop(committed_text(progress, self.text, self.at), self.stops)[0]
+        if self.diffusing:
+            return [self._draft(progress.spans[0].text)]
+        if now.startswith(self.sent) and len(now) > len(self.sent):
+            chunk = self._delta(now[len(self.sent):])
+            self.sent = now
+            return [chunk]
+        return []
+
+    def final(self, done) -> list:
+        text, finish = self._text(done)
+        last = self._draft(text, finish) if self.diffusing else self._delta(text[len(self.sent):] if text.startswith(self.sent) else "", finish)
+        return [last, *self._usage_chunk(done)]
+
+    def cut(self, stopped, server) -> list:
+        """The server's time limit: end as OpenAI ends a cut stream, with what was committed (a
+        diffusing client replaces its draft with each chunk: it gets the committed text, not nothing)."""
+        text = self.committed
+        last = self._draft(text, "length") if self.diffusing else self._delta(text[len(self.sent):] if text.startswith(self.sent) else "", "length")
+        return [last, *self._usage_chunk(None)]
+
+    # -- pieces -----------------------------------------------------------------------------------
+
+    def _text(self, done) -> tuple[str, str]:
+        """The answer's text and finish_reason: "length" when every slot held content (the span may
+        have wanted more), max_tokens was clamped, or nothing was asked; else "stop"."""
+        if done is None:
+            return "", "length"
+        text, word = cut_at_stop(done.result.spans[0].text, self.stops)
+        full = done.result.spans[0].tokens >= self.max_tokens
+        return text, "stop" if word is not None or not (full or self.clamped) else "length"
+
+    def _counts(self, done) -> dict:
+        result = done.result if done is not None else None
+        prompt = result.prompt_tokens if result is not None else self.server.estimate_context(self.text, self.at, self.max_tokens)[0]
+        completion = result.tokens if result is not None else 0
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def _delta(self, text: str, finish: str | None = None) -> dict:
+        # Committed text as OpenAI deltas; echo goes before the first one.
+        return self._chunk((self.echo if self.first else "") + text, finish)
+
+    def _draft(self, text: str, finish: str | None = None) -> dict:
+        # Mercury's diffusing chunks: each the whole current draft, replacing the last one.
+        return self._chunk(self.echo + cut_at_stop(text, self.stops)[0], finish)
+
+    def _chunk(self, text: str, finish: str | None) -> dict:
         choice = {"index": 0, "finish_reason": finish, "logprobs": None}
         if self.chat:
-            choice["delta"] = {"role": "assistant", "content": text} if first else {"content": text}
+            choice["delta"] = {"role": "assistant", "content": text} if self.first else {"content": text}
         else:
             choice["text"] = text
-        return self._chunk([choice], None)
+        self.first = False
+        return self._wrap([choice], None)
 
-    def usage_chunk(self, usage: dict) -> dict:
-        return self._chunk([], usage)
+    def _usage_chunk(self, done) -> list:
+        return [self._wrap([], self._counts(done))] if self.usage else []
 
-    def _chunk(self, choices: list, usage: dict | None) -> dict:
+    def _wrap(self, choices: list, usage: dict | None) -> dict:
         kind = "chat.completion.chunk" if self.chat else "text_completion"
         chunk = {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": choices}
         if self.usage:
@@ -176,83 +208,41 @@ class _Shape:
         return chunk
 
 
-def _finish(result, max_tokens: int, word: str | None) -> str:
-    # "length": every slot held content (the span may have wanted more); else the model ended it.
-    return "stop" if word is not None or result.spans[0].tokens < max_tokens else "length"
+class Completions(_Completion):
+    """POST /v1/completions: `prompt` + `suffix`, or a prompt formatted for fill-in-the-middle."""
+
+    fim_only = False
+
+    @classmethod
+    def read(cls, server, body: dict) -> Plan:
+        prompt = prompt_of(body)
+        suffix = field_of(body, "suffix", str, None)
+        _refuse_unsupported(body)
+        echo = prompt if field_of(body, "echo", bool, False) else ""
+        if suffix is None and not cls.fim_only and (parts := split_fim(prompt)) is not None:
+            prefix, suffix = parts
+        else:
+            prefix, suffix = prompt, suffix or ""
+        # -1: llama.cpp's "no limit" (llama.vscode sends it), the server's own bound
+        tokens, clamped = token_budget(server, body, "max_tokens", "max_completion_tokens", default=DEFAULT_MAX_TOKENS, endless=-1)
+        return cls.planned(server, body, prefix, suffix, tokens, clamped, echo)
 
 
-def _usage(server, edit, result) -> dict:
-    prompt = result.prompt_tokens if result is not None else server.estimate_context(edit)[0]
-    completion = result.tokens if result is not None else 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+class FimCompletions(Completions):
+    """POST /v1/fim/completions: Inception's Mercury FIM (`prompt`, `suffix`, `max_tokens`, `stop`, `stream`)."""
+
+    fim_only = True
 
 
-async def _answer(request, server, body, edit, shape: _Shape):
-    stops = stop_strings(body)
-    max_tokens = edit.spans[0].max_tokens
-    if field_of(body, "stream", bool, False):
-        diffusing = field_of(body, "diffusing", bool, False)
-        shape.usage = _include_usage(body)
-        events = await open_stream(request, server, edit)
-        return StreamingResponse(_stream(server, events, edit, shape, stops, diffusing, max_tokens), media_type="text/event-stream", headers=SSE_HEADERS)
-    outcome = await run_to_end(request, server, edit)
-    if outcome.done is None:
-        if outcome.stopped.reason == "deadline":
-            raise HTTPError(504, f"the run took longer than this server allows ({server.limits.seconds:g} s)")
-        raise HTTPError(499, "the client closed the request")
-    result = outcome.done.result
-    text, word = cut_at_stop(result.spans[0].text, stops)
-    return JSONResponse(shape.whole(text, _finish(result, max_tokens, word), _usage(server, edit, result)))
+class ChatCompletions(_Completion):
+    """POST /v1/chat/completions: the conversation through the model's own chat template."""
 
+    kind, chat = "chat.completion", True
 
-async def _stream(server, events, edit, shape: _Shape, stops, diffusing: bool, max_tokens: int):
-    from ...core.run import Done, Progress
-
-    at = edit.spans[0].start
-    sent, first = "", True
-
-    def delta(text: str, finish: str | None = None) -> bytes:
-        # Committed text as OpenAI deltas; echo goes before the first one.
-        nonlocal first
-        chunk = shape.chunk((shape.echo if first else "") + text, finish, first=first)
-        first = False
-        return sse(chunk)
-
-    def draft(text: str, finish: str | None = None) -> bytes:
-        # Mercury's diffusing chunks: each the whole current draft, replacing the last one.
-        nonlocal first
-        chunk = shape.chunk(shape.echo + cut_at_stop(text, stops)[0], finish, first=first)
-        first = False
-        return sse(chunk)
-
-    def end(result) -> list[bytes]:
-        tail = [sse(shape.usage_chunk(_usage(server, edit, result)))] if shape.usage else []
-        return tail + [sse("[DONE]")]
-
-    committed = ""  # the draft's text settled from the left: what a run cut by time answers
-    async with aclosing(events):
-        async for event in events:
-            if isinstance(event, Progress):
-                committed = now = cut_at_stop(committed_text(event, edit.text, at), stops)[0]
-                if diffusing:
-                    yield draft(event.spans[0].text)
-                    continue
-                if now.startswith(sent) and len(now) > len(sent):
-                    yield delta(now[len(sent):])
-                    sent = now
-            elif isinstance(event, Done):
-                text, word = cut_at_stop(event.result.spans[0].text, stops)
-                finish = _finish(event.result, max_tokens, word)
-                yield draft(text, finish) if diffusing else delta(text[len(sent):] if text.startswith(sent) else "", finish)
-                for line in end(event.result):
-                    yield line
-                return
-            elif isinstance(event, Failed):  # the run failed after the stream began
-                yield sse(error_body(event.status, event.message))
-                return
-            else:  # Stopped by the server's time limit: end as OpenAI ends a cut stream, with what was committed
-                # (a diffusing client replaces its draft with each chunk: it gets the committed text, not nothing)
-                yield draft(committed, "length") if diffusing else delta(committed[len(sent):] if committed.startswith(sent) else "", "length")
-                for line in end(None):
-                    yield line
-                return
+    @classmethod
+    def read(cls, server, body: dict) -> Plan:
+        messages = _messages(body)
+        _refuse_unsupported(body)
+        tokens, clamped = token_budget(server, body, "max_tokens", "max_completion_tokens", "n_predict", default=server.max_tokens, endless=-1)
+        prompt = server.chat_prompt(messages, tokens)
+        return cls.planned(server, body, prompt, "", tokens, clamped)
