@@ -33,6 +33,7 @@ from typing import Callable, Iterator
 from .changes import ChangeSet
 from .errors import Cancelled, ModelError, UsageError
 from .request import EditRequest
+from .result import EditResult, SpanResult
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +133,6 @@ class Done:
     @classmethod
     def from_json(cls, data: dict, request: EditRequest) -> "Done":
         """The Done a server sent for `request` (the text is the client's own: only changes travel)."""
-        from .engine import EditResult, SpanResult
-
         if len(data["spans"]) != len(request.spans):
             raise ModelError("the server answered for a different number of spans")
         spans = tuple(
