@@ -55,7 +55,35 @@ CHARS_PER_TOKEN = 4
 CHAT_SERVERS = ("vllm", "sglang")
 
 
+class Backoff:
+    """When to try reaching a server again after a failure: 1 s after the first, then twice as
+    long after each (at most `most` seconds); at once after a success. Front ends try on their
+    next request (app/lsp.py) or on a timer (the editor) once `due`."""
+
+    def __init__(self, first: float = 1.0, most: float = 30.0, clock=time.monotonic) -> None:
+        self.first, self.most, self.clock = first, most, clock
+        self.wait = 0.0
+        self.next_try = float("-inf")
+
+    def failed(self) -> float:
+        """Note a failure; the seconds until the next try."""
+        self.wait = self.first if self.wait == 0 else min(self.wait * 2, self.most)
+        self.next_try = self.clock() + self.wait
+        return self.wait
+
+    def succeeded(self) -> None:
+        self.wait, self.next_try = 0.0, float("-inf")
+
+    def due(self) -> bool:
+        return self.clock() >= self.next_try
+
+    def seconds_left(self) -> float:
+        return max(0.0, self.next_try - self.clock())
+
+
 class RemoteBackend:
+    retry_load = True  # a server that is not up yet may be later: front ends try load() again (Backoff)
+
     def __init__(self, url: str, protocol: str = "auto", key_env: str = "SHARPEN_API_KEY", timeout: float = 30.0,
                  model: str | None = None) -> None:
         parts = urlsplit(url.rstrip("/"))

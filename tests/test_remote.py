@@ -358,3 +358,32 @@ def test_a_remote_run_imports_no_model_code(server, tmp_path, protocol):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "False []", out.stdout
+
+
+async def test_the_editor_reaches_a_server_that_comes_up_late():
+    """The editor stayed "model unavailable" for ever when its --backend server started after it:
+    it tries again with backoff, and the status bar names the model once the server answers."""
+    import socket
+
+    from pilot import notices, wait_for
+    from sharpen.app.config import Config
+    from sharpen.app.tui.editor_app import SharpenApp
+    from sharpen.app.tui.themes import load_themes
+
+    with socket.socket() as probe:  # a free port, nothing listening on it yet
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = SharpenApp([], Config.of().layered({"backend": {"backend": f"http://127.0.0.1:{port}"}}), load_themes(None))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await wait_for(pilot, lambda: app.status.model_failed, timeout=30)
+        assert app.status.model == "server unavailable (retrying)"
+        httpd = ThreadingHTTPServer(("127.0.0.1", port), Scripted)
+        httpd.answers, httpd.bodies = {"/v1/models": (200, "application/json", MODELS)}, {}
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        try:
+            await wait_for(pilot, lambda: app.backend is not None, timeout=60)
+            assert app.status.model == "m (no drafts)" and not app.status.model_failed
+            assert "m answers again" in notices(app)
+        finally:
+            httpd.shutdown()
+            httpd.server_close()
