@@ -7,7 +7,9 @@ through a small extension, Emacs lsp-bridge) start it and ask for a completion a
 the answer is an infill at that point from the same Backend the editor uses (a local model's
 core.run.Runner, or a server with --backend). $/cancelRequest stops the run at its next step.
 Built on pygls (the Python LSP library the Open Law Library maintains), whose client the tests
-drive it with. stdout carries only the protocol; logs go to stderr.
+drive it with; app/lsp_protocol.py reads the frames and gives the answers pygls leaves out (parse
+errors, bounded frames, not initialized, exit codes). stdout carries only the protocol; logs go
+to stderr. A --backend server that is not up yet is tried again on later requests (Completer).
 """
 from __future__ import annotations
 
