@@ -62,8 +62,10 @@ class Completer:
         self.came_back = False  # loaded after a failure, not yet told to the client
         self._loading = threading.Lock()
 
-    def load(self) -> None:
+    def load(self, retrying: bool = False) -> None:
         with self._loading:
+            if retrying and (self.error is None or not self.backoff.due()):  # another request tried meanwhile
+                return
             failed_before = self.error is not None
             try:
                 self.backend.load()
@@ -86,7 +88,7 @@ class Completer:
 
         self.ready.wait()
         if self.error and self.retries and self.backoff.due():
-            self.load()
+            self.load(retrying=True)
         if self.error:
             again = f"; tried again on a request from {math.ceil(self.backoff.seconds_left())} s on" if self.retries else ""
             raise UsageError(f"the model is unavailable: {self.error}{again}")

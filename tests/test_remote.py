@@ -387,3 +387,17 @@ async def test_the_editor_reaches_a_server_that_comes_up_late():
         finally:
             httpd.shutdown()
             httpd.server_close()
+
+
+def test_the_backoff_doubles_up_to_its_bound_and_a_success_resets_it():
+    from sharpen.app.remote import Backoff
+
+    now = [100.0]
+    backoff = Backoff(first=1.0, most=5.0, clock=lambda: now[0])
+    assert backoff.due()
+    assert [backoff.failed() for _ in range(5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+    assert not backoff.due() and backoff.seconds_left() == 5.0
+    now[0] += 5.0
+    assert backoff.due()
+    backoff.succeeded()
+    assert backoff.failed() == 1.0
