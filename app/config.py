@@ -70,7 +70,7 @@ class Remote(Request):
     backend_protocol: str = setting("auto", "what the server speaks (auto: asked from /v1/models)", choices=PROTOCOLS, flag=False)
     # The key itself never goes on a command line or in this file: `ps` and backups show both.
     backend_key_env: str = setting("SHARPEN_API_KEY", "environment variable that holds the server's key", flag=False)
-    backend_timeout: float = setting(30.0, "seconds to wait for the server's next answer", low=0.0, high=3600.0, low_open=True, flag=False)
+    backend_timeout: float = setting(30.0, "seconds the server has for each whole answer (a stream included)", low=0.0, high=3600.0, low_open=True, flag=False)
     backend_model: str | None = setting(None, "model to ask the server for (default: the first it lists)", flag=False)
 
 

@@ -7,13 +7,16 @@ through a small extension, Emacs lsp-bridge) start it and ask for a completion a
 the answer is an infill at that point from the same Backend the editor uses (a local model's
 core.run.Runner, or a server with --backend). $/cancelRequest stops the run at its next step.
 Built on pygls (the Python LSP library the Open Law Library maintains), whose client the tests
-drive it with. stdout carries only the protocol; logs go to stderr.
+drive it with; app/lsp_protocol.py reads the frames and gives the answers pygls leaves out (parse
+errors, bounded frames, not initialized, exit codes). stdout carries only the protocol; logs go
+to stderr. A --backend server that is not up yet is tried again on later requests (Completer).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import math
 import sys
 import threading
 
@@ -44,21 +47,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class Completer:
-    """The model side of the server: loads the backend once (in the background), runs infills."""
+    """The model side of the server: loads the backend once (in the background), runs infills.
+    A server that was not up (or not reachable) when the language server started is tried again
+    on a later request, with backoff (app/remote.Backoff); `came_back` says when it answered."""
 
     def __init__(self, backend, sampling: Sampling, editing: Editing) -> None:
+        from .remote import Backoff
+
         self.backend, self.sampling, self.editing = backend, sampling, editing
         self.ready = threading.Event()
         self.error: str | None = None
+        self.retries = getattr(backend, "retry_load", False)  # a local model that failed to load fails again
+        self.backoff = Backoff()
+        self.came_back = False  # loaded after a failure, not yet told to the client
+        self._loading = threading.Lock()
 
-    def load(self) -> None:
-        try:
-            self.backend.load()
-        except SharpenError as exc:
-            self.error = str(exc)
-        except Exception as exc:  # the server stays up and says why in each answer
-            log.exception("loading the model failed")
-            self.error = f"{type(exc).__name__}: {exc}"
+    def load(self, retrying: bool = False) -> None:
+        with self._loading:
+            if retrying and (self.error is None or not self.backoff.due()):  # another request tried meanwhile
+                return
+            failed_before = self.error is not None
+            try:
+                self.backend.load()
+                self.error = None
+            except SharpenError as exc:
+                self.error = str(exc)
+            except Exception as exc:  # the server stays up and says why in each answer
+                log.exception("loading the model failed")
+                self.error = f"{type(exc).__name__}: {exc}"
+            if self.error is None:
+                self.backoff.succeeded()
+                self.came_back = self.came_back or failed_before
+            else:
+                self.backoff.failed()
         self.ready.set()
 
     def complete(self, text: str, offset: int, stop: threading.Event) -> str:
@@ -66,46 +87,16 @@ class Completer:
         from ..core.run import Done
 
         self.ready.wait()
+        if self.error and self.retries and self.backoff.due():
+            self.load(retrying=True)
         if self.error:
-            raise UsageError(f"the model is unavailable: {self.error}")
+            again = f"; tried again on a request from {math.ceil(self.backoff.seconds_left())} s on" if self.retries else ""
+            raise UsageError(f"the model is unavailable: {self.error}{again}")
         request = EditRequest(text, (Span(offset, offset, max_tokens=self.editing.infill_tokens),), self.sampling, self.editing)
         for event in self.backend.run(request, stop.is_set, every=None):
             if isinstance(event, Done):
                 return event.result.spans[0].text
         return ""
-
-
-def answering_protocol():
-    """pygls' protocol, except that a request whose params do not read as the method's type gets
-    JSON-RPC's -32602 answer. pygls logs it and sends nothing, and a client waits for the answer
-    to that id for ever (Neovim's inline completion stops asking)."""
-    from dataclasses import dataclass
-
-    from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
-    from pygls.protocol import LanguageServerProtocol
-
-    @dataclass(frozen=True)
-    class Unreadable:
-        id: int | str
-        method: str
-
-    class AnsweringProtocol(LanguageServerProtocol):
-        def structure_message(self, data):
-            try:
-                return super().structure_message(data)
-            except JsonRpcException:
-                if isinstance(data.get("id"), (int, str)) and not isinstance(data.get("id"), bool) and isinstance(data.get("method"), str):
-                    return Unreadable(data["id"], data["method"])
-                raise  # a notification or a response: JSON-RPC answers neither
-
-        def handle_message(self, message):
-            if isinstance(message, Unreadable):
-                error = JsonRpcInvalidParams(f"{message.method}: the params do not match the method's (LSP 3.18)")
-                self._send_response(message.id, None, error.to_response_error())
-                return None
-            return super().handle_message(message)
-
-    return AnsweringProtocol
 
 
 def build_server(completer: Completer):
@@ -115,6 +106,8 @@ def build_server(completer: Completer):
 
     from lsprotocol import types as lsp
     from pygls.lsp.server import LanguageServer
+
+    from .lsp_protocol import answering_protocol
 
     try:
         release = version("sharpen")
@@ -152,6 +145,10 @@ def build_server(completer: Completer):
         except SharpenError as exc:
             ls.window_log_message(lsp.LogMessageParams(lsp.MessageType.Warning, f"sharpen: {exc}"))
             return None
+        finally:
+            if completer.came_back:  # the editor's status line: the server answers again
+                completer.came_back = False
+                ls.window_show_message(lsp.ShowMessageParams(lsp.MessageType.Info, f"sharpen: {completer.backend.describe().name} is reachable again"))
         if not filled:
             return lsp.InlineCompletionList(items=[])
         return lsp.InlineCompletionList(items=[lsp.InlineCompletionItem(insert_text=lead + filled, range=where)])
@@ -168,5 +165,6 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="sharpen lsp: %(message)s")
     completer = Completer(backend_for(config, quiet=True), config.sampling, config.editing)
     threading.Thread(target=completer.load, daemon=True, name="sharpen-load").start()
-    build_server(completer).start_io()
-    return 0
+    from .lsp_protocol import serve_stdio
+
+    return serve_stdio(build_server(completer))

@@ -18,28 +18,32 @@ What a server sends decides what the editor can draw:
 A server that takes one span per request gets one request per span, all at once, with the text
 around the span cut to whole lines within about the context budget (Editing.context_tokens).
 
-Standard library only (http.client): the editor and headless runs need no web stack. The key
-comes from an environment variable ([backend] backend_key_env), never from a command line.
-Every failure is one SharpenError line: unreachable, refused key (401/403), rate limits (429),
-server errors (5xx), timeouts, a connection cut mid-run; a request the server calls bad (400)
-is a UsageError. A stop between two events closes the connection, which cancels the run there.
+A server is untrusted: what its model writes is filtered as the local engine's output is
+(core/newlines.written_text: no control characters, the document's line breaks, no stray U+FFFD),
+and its whole answer is bounded in time and size (app/remote_http.py, the HTTP side). A remote
+run imports no model code (no torch). The key comes from an environment variable ([backend]
+backend_key_env), never from a command line. Every failure is one SharpenError line:
+unreachable, refused key (401/403), rate limits (429), server errors (5xx), timeouts, a
+connection cut mid-run; a request the server calls bad (400) is a UsageError. A stop between two
+events closes the connection, which cancels the run there.
 """
 from __future__ import annotations
 
-import http.client
-import json
 import math
-import os
 import queue
-import socket
 import threading
 import time
+from dataclasses import replace
 from urllib.parse import urlsplit
 
-from ..core.errors import ModelError, SharpenError, UsageError
+from ..core.changes import ChangeSet
+from ..core.errors import ModelError, UsageError
+from ..core.newlines import written_text
 from ..core.request import EditRequest
+from ..core.result import EditResult, SpanResult
+from ..core.run import Done, ModelInfo, Progress, SpanDraft
+from .remote_http import END, Exchange, pump
 
-_END = object()
 NO_LIMIT = 1 << 20  # a remote model's canvas length is its own business
 # Characters of context per token of the budget sent to a server whose tokenizer is not ours: code
 # runs about 3-4 characters a token in the released BPE vocabularies, so 4 errs on the side of context.
@@ -51,7 +55,35 @@ CHARS_PER_TOKEN = 4
 CHAT_SERVERS = ("vllm", "sglang")
 
 
+class Backoff:
+    """When to try reaching a server again after a failure: 1 s after the first, then twice as
+    long after each (at most `most` seconds); at once after a success. Front ends try on their
+    next request (app/lsp.py) or on a timer (the editor) once `due`."""
+
+    def __init__(self, first: float = 1.0, most: float = 30.0, clock=time.monotonic) -> None:
+        self.first, self.most, self.clock = first, most, clock
+        self.wait = 0.0
+        self.next_try = float("-inf")
+
+    def failed(self) -> float:
+        """Note a failure; the seconds until the next try."""
+        self.wait = self.first if self.wait == 0 else min(self.wait * 2, self.most)
+        self.next_try = self.clock() + self.wait
+        return self.wait
+
+    def succeeded(self) -> None:
+        self.wait, self.next_try = 0.0, float("-inf")
+
+    def due(self) -> bool:
+        return self.clock() >= self.next_try
+
+    def seconds_left(self) -> float:
+        return max(0.0, self.next_try - self.clock())
+
+
 class RemoteBackend:
+    retry_load = True  # a server that is not up yet may be later: front ends try load() again (Backoff)
+
     def __init__(self, url: str, protocol: str = "auto", key_env: str = "SHARPEN_API_KEY", timeout: float = 30.0,
                  model: str | None = None) -> None:
         parts = urlsplit(url.rstrip("/"))
@@ -72,8 +104,6 @@ class RemoteBackend:
     # -- Backend ----------------------------------------------------------------------------
 
     def load(self):
-        from ..core.run import ModelInfo
-
         listed = self._json("GET", "/v1/models")
         models = listed.get("data") if isinstance(listed, dict) else None
         first = models[0] if isinstance(models, list) and models and isinstance(models[0], dict) else {}
@@ -114,9 +144,7 @@ class RemoteBackend:
     # -- sharpen serve: the run's own events --------------------------------------------------
 
     def _run_sharpen(self, request: EditRequest, should_stop, every):
-        from ..core.run import Done, Progress
-
-        exchange = _Exchange(self, "POST", "/v1/edits", {**request.to_json(), "stream": True}, stream=True)
+        exchange = Exchange(self, "POST", "/v1/edits", {**request.to_json(), "stream": True}, stream=True)
         last_sent = float("-inf")
         for data in exchange.events(should_stop):
             kind = data.get("type") if isinstance(data, dict) else None
@@ -127,7 +155,7 @@ class RemoteBackend:
                         last_sent = now
                         yield Progress.from_json(data)
                 elif kind == "result":
-                    yield Done.from_json(data, request)
+                    yield written(Done.from_json(data, request), request)
                     return
                 elif kind == "error":
                     raise ModelError(f"{self.url}: {data.get('error', {}).get('message', 'the run failed')}")
@@ -139,15 +167,12 @@ class RemoteBackend:
     # -- one request per span: Mercury drafts, or plain completions ------------------------------
 
     def _run_per_span(self, request: EditRequest, should_stop, every):
-        from ..core.engine import EditResult, SpanResult
-        from ..core.run import Done, Progress, SpanDraft
-
         diffusing = self.protocol == "mercury"
         if self.protocol == "chat":
             path, body = "/v1/chat/completions", self._chat_body
         else:
             path, body = ("/v1/fim/completions" if diffusing else "/v1/completions"), lambda r, s: self._fim_body(r, s, diffusing)
-        exchanges = [_Exchange(self, "POST", path, body(request, span), stream=diffusing) for span in request.spans]
+        exchanges = [Exchange(self, "POST", path, body(request, span), stream=diffusing) for span in request.spans]
         drafts = [""] * len(request.spans)
         answered = [False] * len(request.spans)  # a text (string) came for the span: "" is an answer, 5 or none is not
         finals: list[str | None] = [None] * len(request.spans)
@@ -155,7 +180,7 @@ class RemoteBackend:
         prompts = [0] * len(request.spans)  # each span's prompt tokens, as its server counted them
         merged: queue.Queue = queue.Queue()
         for i, exchange in enumerate(exchanges):  # all spans at once, each on its own connection
-            threading.Thread(target=_pump, args=(exchange, i, merged, should_stop), daemon=True).start()
+            threading.Thread(target=pump, args=(exchange, i, merged, should_stop), daemon=True).start()
         started = time.perf_counter()
         step, open_, last_sent = 0, len(exchanges), float("-inf")
         if every is not None:
@@ -169,7 +194,7 @@ class RemoteBackend:
                         exchange.close()
                     return
                 continue
-            if item is _END:
+            if item is END:
                 open_ -= 1
                 continue
             if isinstance(item, BaseException):
@@ -194,7 +219,7 @@ class RemoteBackend:
                     for exchange in exchanges:
                         exchange.close()
                     raise ModelError(f"{self.url} answered without a text")
-                finals[i] = drafts[i]
+                finals[i] = written_text(drafts[i], request.text)
                 usage = item.get("usage") if isinstance(item.get("usage"), dict) else {}
                 tokens[i], prompts[i] = (_count(usage.get(name)) for name in ("completion_tokens", "prompt_tokens"))
             step += 1
@@ -207,8 +232,6 @@ class RemoteBackend:
         if any(f is None for f in finals):
             raise ModelError(f"{self.url} closed the connection before the result")
         spans = tuple(SpanResult(s, f, t, (f,)) for s, f, t in zip(request.spans, finals, tokens))
-        from ..core.changes import ChangeSet
-
         new_text = ChangeSet.of((s.start, s.end, f) for s, f in zip(request.spans, finals)).apply(request.text)
         seconds = time.perf_counter() - started
         cut = any(sum(map(len, around(request, s))) < len(request.text) - (s.end - s.start) for s in request.spans)
@@ -227,8 +250,7 @@ class RemoteBackend:
         return body
 
     def _chat_body(self, request: EditRequest, span) -> dict:
-        from ..core.instruct import user_message
-        from ..core.prompted import INFILL_TASK, REWRITE_TASK
+        from ..core.instruct import INFILL_TASK, REWRITE_TASK, user_message  # the tokenizer's module too: only for a chat
 
         before, after = around(request, span)
         task = span.instruction or (REWRITE_TASK if span.mode == "rewrite" else INFILL_TASK)
@@ -239,140 +261,24 @@ class RemoteBackend:
             body["top_p"] = request.sampling.top_p
         return body
 
-    # -- HTTP ----------------------------------------------------------------------------------
-
-    def connection(self) -> http.client.HTTPConnection:
-        kind = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        return kind(self.host, self.port, timeout=self.timeout)
-
-    def headers(self) -> dict:
-        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream", "User-Agent": "sharpen"}
-        key = os.environ.get(self.key_env) if self.key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
-
     def _json(self, method: str, path: str, body: dict | None = None):
-        exchange = _Exchange(self, method, path, body, stream=False)
-        for item in exchange.events(lambda: False):
+        for item in Exchange(self, method, path, body, stream=False).events(lambda: False):
             return item
         raise ModelError(f"{self.url}{path} answered nothing")
 
-    def fail(self, status: int, body: bytes, headers) -> SharpenError:
-        """A non-200 answer as one line."""
-        message = _message(body) or http.client.responses.get(status, "")
-        where = self.url
-        if status in (401, 403):
-            return ModelError(f"{where} refused the request ({status}: {message}); put the key in ${self.key_env}")
-        if status == 429:
-            wait = headers.get("Retry-After")
-            return ModelError(f"{where} is rate-limiting ({status}: {message}){f'; try again in {wait} s' if wait else ''}")
-        if status == 503:
-            wait = headers.get("Retry-After")
-            return ModelError(f"{where} is busy ({status}: {message}){f'; try again in {wait} s' if wait else ''}")
-        if status in (400, 413, 422):
-            hint = ""
-            if self.protocol == "openai" and "suffix" in message.lower():  # vLLM: "suffix is not currently supported"
-                hint = '; this server takes no suffix: set [backend] backend_protocol = "chat" to send infills as a chat'
-            return UsageError(f"{where} refused the request ({status}: {message}){hint}")
-        return ModelError(f"{where} failed ({status}: {message})")
 
-
-class _Exchange:
-    """One HTTP request and its answer: JSON once, or server-sent events one by one."""
-
-    def __init__(self, backend: RemoteBackend, method: str, path: str, body: dict | None, stream: bool) -> None:
-        self.backend, self.method, self.path, self.body, self.stream = backend, method, backend.base + path, body, stream
-        self.conn = None
-        self.closed = False
-
-    def close(self) -> None:
-        # From another thread: shut the socket so a blocked read returns at once (the server sees the client leave).
-        self.closed = True
-        conn = self.conn
-        if conn is not None and conn.sock is not None:
-            try:
-                conn.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def events(self, should_stop):
-        """The answer's JSON values: one for a plain answer, one per `data:` event for a stream."""
-        backend = self.backend
-        try:
-            self.conn = backend.connection()
-            payload = json.dumps(self.body).encode("utf-8") if self.body is not None else None
-            self.conn.request(self.method, self.path, body=payload, headers=backend.headers())
-            response = self.conn.getresponse()
-            if response.status != 200:
-                raise backend.fail(response.status, response.read(64 * 1024), response.headers)
-            if not self.stream or "text/event-stream" not in response.headers.get("Content-Type", ""):
-                yield _decode(response.read(), backend.url)
-                return
-            data: list[str] = []
-            while not should_stop():
-                line = response.readline()
-                if not line:
-                    return
-                try:
-                    line = line.decode("utf-8").rstrip("\r\n")
-                except UnicodeDecodeError:
-                    raise ModelError(f"{backend.url} sent an event that is not UTF-8") from None
-                if line.startswith("data:"):
-                    data.append(line[5:].lstrip(" "))
-                elif not line and data:
-                    text = "\n".join(data)
-                    data = []
-                    if text.strip() == "[DONE]":
-                        return
-                    yield _decode(text.encode("utf-8"), backend.url)
-        except SharpenError:
-            raise
-        except socket.timeout:
-            if not self.closed:
-                raise ModelError(f"{backend.url} did not answer within {backend.timeout:g} s") from None
-        except (ConnectionRefusedError, socket.gaierror) as exc:
-            raise ModelError(f"cannot reach {backend.url}: {exc.strerror or exc}") from None
-        except (http.client.HTTPException, OSError) as exc:
-            if not self.closed and not should_stop():
-                raise ModelError(f"{backend.url} closed the connection ({type(exc).__name__}{': ' + str(exc) if str(exc) else ''})") from None
-        finally:
-            if self.conn is not None:
-                self.conn.close()
+def written(done: Done, request: EditRequest) -> Done:
+    """A sharpen server's result with each span's text (and alternatives) as the local engine
+    would write it: a server is not trusted to have filtered its model's text."""
+    spans = tuple(replace(r, text=written_text(r.text, request.text), alternatives=tuple(written_text(a, request.text) for a in r.alternatives))
+                  for r in done.result.spans)
+    new_text = ChangeSet.of((r.span.start, r.span.end, r.text) for r in spans).apply(request.text)
+    return replace(done, result=replace(done.result, text=new_text, spans=spans, samples=(new_text,)))
 
 
 def _count(value) -> int:
     """A usage count as a server sent it: a non-negative integer, else 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def _pump(exchange: _Exchange, index: int, out: queue.Queue, should_stop) -> None:
-    try:
-        for item in exchange.events(should_stop):
-            out.put((index, item))
-    except BaseException as exc:
-        out.put((index, exc))
-    out.put((index, _END))
-
-
-def _decode(raw: bytes, url: str):
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: nested past Python's limit
-        raise ModelError(f"{url} answered something that is not JSON") from None
-
-
-def _message(body: bytes) -> str:
-    try:
-        data = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return body.decode("utf-8", "replace").strip().splitlines()[0][:200] if body.strip() else ""
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict):
-        return str(error.get("message", ""))[:300]
-    if isinstance(error, str):
-        return error[:300]
-    return str(data.get("detail") or data.get("message") or "")[:300] if isinstance(data, dict) else ""
 
 
 def _budget(request: EditRequest, span) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from .candidates import CandidatePlan, ExactRows, candidate_rows, plan_canvas_spans, plan_for_count, rank, score_rows, selected_tokens
@@ -22,6 +22,7 @@ from .instruct import build_instruct_canvas, instruction_refusal, uses_chat
 from .length import AdaptiveLength, filled_up, next_budgets, start_budget
 from .newlines import drop_undecodable, match_newlines, newline_style
 from .prompted import prompt_canvas, prompt_form
+from .result import EditResult, SpanResult  # noqa: F401 (the engine's result types: imported from here too)
 from .loops import Frame, LoopRules, run_loop, slot_room
 from .settings import LENGTHS, Editing, Sampling
 from .spans import Span, validate_spans
@@ -29,43 +30,6 @@ from .spans import Span, validate_spans
 log = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT_TOKENS = Editing().context_tokens  # fixed text around the spans the model sees (half before, half after)
-
-
-@dataclass(frozen=True)
-class SpanResult:
-    span: Span  # as given (offsets into the original text)
-    text: str  # the new text of the span, best sample
-    tokens: int  # tokens generated (pad/eos removed)
-    alternatives: tuple[str, ...]  # every sample's text, best first (alternatives[0] == text)
-    # Loops that edit their own tokens (LLaDA2.1, core/loops/editing.py): the first sample's
-    # mask-to-token commits and token-to-token edits in this span; None for the other loops.
-    commits: int | None = None
-    edits: int | None = None
-
-
-@dataclass(frozen=True)
-class EditResult:
-    text: str  # the whole new text (best sample)
-    spans: tuple[SpanResult, ...]
-    steps: int  # denoising steps run (forward passes after the start)
-    seconds: float
-    samples: tuple[str, ...] = field(default=())  # whole text per sample, best first
-    candidates: tuple = field(default=())  # with a CandidatePlan: the ranked core.candidates.Candidate list
-    best_row: int = 0  # the batch row the result came from (final_ids[best_row] on the done frame)
-    # Tokens the model read besides the slots (the context that fit, a prompt's or chat's own
-    # tokens): what a server reports as the request's prompt tokens.
-    prompt_tokens: int = 0
-    # Some text around the spans did not fit the canvas (Canvas.cut): a server's truncated prompt.
-    context_cut: bool = False
-
-    @property
-    def tokens(self) -> int:
-        return sum(s.tokens for s in self.spans)
-
-    def changes(self, choice: int = 0) -> ChangeSet:
-        """The edit itself, as a value every front end applies: each span's range becomes the
-        text of alternative `choice` (0: the best). `changes().apply(original) == text`."""
-        return ChangeSet.of((r.span.start, r.span.end, r.alternatives[choice] if r.alternatives else r.text) for r in self.spans)
 
 
 @dataclass(frozen=True)

@@ -12,18 +12,24 @@ import sys
 import time
 from dataclasses import replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from .canvas import Canvas, encode_selection, infill_slots
-from .models.denoiser import ModelSpec
 from .errors import ModelError, SpanError, UsageError
 from .spans import Span
 from .tokenizer import Tokenizer
+
+if TYPE_CHECKING:  # a type only: a chat turn for a server (app/remote.py) loads no model code (torch)
+    from .models.denoiser import ModelSpec
 
 OPEN, CLOSE = "<selection>", "</selection>"
 TASK = (
     "Apply the instruction to the part of the text marked {open}...{close} and reply with only "
     "the new text for that part, without the markers and without explanations."
 )
+# The task when the user gave no instruction (the instruction text, when given, replaces it).
+INFILL_TASK = "Write the missing text at the marked place."
+REWRITE_TASK = "Rewrite the marked part: keep what it does, improve how it reads."
 
 
 def uses_chat(spans: list[Span]) -> bool:

@@ -26,14 +26,11 @@ import torch
 from .canvas import Canvas, encode_selection, infill_slots
 from .models.denoiser import ModelSpec
 from .errors import SpanError, UsageError
-from .instruct import clip_around, render_chat, user_message
+from .instruct import INFILL_TASK, REWRITE_TASK, clip_around, render_chat, user_message
 from .spans import Span
 from .tokenizer import Tokenizer
 
 FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
-# The task when the user gave no instruction (the instruction text, when given, replaces it).
-INFILL_TASK = "Write the missing text at the marked place."
-REWRITE_TASK = "Rewrite the marked part: keep what it does, improve how it reads."
 
 
 def prompt_form(spec: ModelSpec, requested: str) -> str:

@@ -34,6 +34,7 @@ from .errors import Cancelled, ModelError, UsageError
 from .events import (EDITED, END, MASKED, NOISE, SHARP, SLOT_STATES, Done, Event, Failed, ModelInfo, Progress,  # noqa: F401
                      Slot, SpanDraft, Stopped)
 from .request import EditRequest
+from .result import EditResult, SpanResult
 
 log = logging.getLogger(__name__)
 

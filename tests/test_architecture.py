@@ -154,3 +154,12 @@ def test_core_loads_a_model_by_itself():
             "leaked = sorted(m for m in sys.modules if m.startswith('sharpen.app'))\n"
             "assert not leaked, leaked\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_the_event_vocabulary_and_results_import_no_torch():
+    """A remote client reads events and results (core/events.py, core/result.py) without a model."""
+    import subprocess
+    import sys
+
+    code = "import sys, sharpen.core.events, sharpen.core.result; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -27,7 +27,11 @@ class Scripted(BaseHTTPRequestHandler):
     """Answers each path with the (status, content type, body) in the server's `answers`."""
 
     def _answer(self) -> None:
-        status, kind, body = self.server.answers.get(self.path, (404, "application/json", b'{"error": "no"}'))
+        answer = self.server.answers.get(self.path, (404, "application/json", b'{"error": "no"}'))
+        if callable(answer):  # a server that writes its answer over time
+            answer(self)
+            return
+        status, kind, body = answer
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
@@ -244,3 +248,156 @@ def test_auto_talks_to_vllm_and_sglang_as_a_chat(server, owned_by, protocol):
     backend = RemoteBackend(url(server))
     info = backend.load()
     assert backend.protocol == protocol and info.instruct == (protocol == "chat")
+
+
+# -- a server is untrusted input -------------------------------------------------------------
+
+# ESC (a terminal's clear-screen), NUL, a C1 CSI, a lone CR, a lone surrogate, U+FFFD (TEXT holds none).
+HOSTILE = "a\x1b[2J\x00b\x9b1mc\rd\ud800e\ufffdf"
+CLEAN = "a[2Jb1mc\nde" + "f"  # what the local engine would write: no control characters, LF breaks
+SHARPEN_MODELS = b'{"data": [{"id": "m\\u001b[31m", "meta": {"noise": "mask", "max_len": 4096}}]}'
+
+
+def sharpen_events(text: str) -> bytes:
+    """sharpen serve's /v1/edits stream for TEXT's rewrite of x (a frame, the result) writing `text`."""
+    last = {"step": 1, "total_steps": 1, "elapsed": 0.1, "spans": [{"text": text, "slots": [["sharp", text, 0.9]]}]}
+    result = {"type": "result", "model": "m", "noise": "mask", "steps": 1, "tokens": 1, "prompt_tokens": 3, "denoise_seconds": 0.1,
+              "spans": [{"start": 21, "end": 22, "mode": "rewrite", "text": text, "tokens": 1, "alternatives": [text]}], "last": last}
+    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in ({"type": "frame", **last}, result)) + b"data: [DONE]\n\n"
+
+
+def diffusing_events(text: str) -> bytes:
+    chunks = [{"choices": [{"index": 0, "delta": {"content": text[:3]}, "finish_reason": None}]},
+              {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]}]
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+def hostile(server, protocol: str) -> None:
+    if protocol == "sharpen":
+        server.answers["/v1/models"] = (200, "application/json", SHARPEN_MODELS)
+        server.answers["/v1/edits"] = (200, "text/event-stream", sharpen_events(HOSTILE))
+    server.answers["/v1/completions"] = (200, "application/json", completion(HOSTILE))
+    server.answers["/v1/chat/completions"] = (200, "application/json", chat_answer(HOSTILE))
+    server.answers["/v1/fim/completions"] = (200, "text/event-stream", diffusing_events(HOSTILE))
+
+
+@pytest.mark.parametrize("protocol", ["sharpen", "mercury", "openai", "chat"])
+def test_what_a_server_writes_is_filtered_as_the_local_engine_filters(server, protocol):
+    """A server's text with NUL and ESC bytes was written raw: each protocol's result, its drafts
+    and the model's name (the status bar's) lose the control characters a local model never writes."""
+    hostile(server, protocol)
+    backend = RemoteBackend(url(server), protocol="auto" if protocol == "sharpen" else protocol)
+    events = list(backend.run(EditRequest(TEXT, (Span(21, 22, "rewrite"),))))
+    done = events[-1]
+    assert backend.protocol == protocol and isinstance(done, Done)
+    assert done.result.text == f"def f(x):\n    return {CLEAN}\n"
+    assert set(done.result.spans[0].alternatives) == {CLEAN} and done.result.samples == (done.result.text,)
+    shown = [s.text for e in events[:-1] for s in e.spans] + [x.text for e in events[:-1] for s in e.spans for x in s.slots]
+    assert not any("\x1b" in t or "\x00" in t or "\x9b" in t for t in shown + [backend.describe().name])
+
+
+def test_headless_apply_edit_never_writes_a_servers_terminal_escape(server, tmp_path):
+    """--apply-edit --backend over sharpen's own /v1/edits: the file gets the filtered text, and
+    nothing the server sent reaches the terminal raw."""
+    hostile(server, "sharpen")
+    path = tmp_path / "f.py"
+    path.write_text(TEXT)
+    out = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(path), "--apply-edit", "2:12-2:13", "--in-place", "--backend", url(server)],
+                         capture_output=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert path.read_bytes() == f"def f(x):\n    return {CLEAN}\n".encode()
+    assert b"\x1b" not in out.stdout + out.stderr
+
+
+def keep_open(write_every: bytes):
+    """A server that answers 200 with an event stream and then only writes `write_every` every
+    0.1 s (an SSE comment, one byte of a line that never ends), for at most 30 s."""
+    import time
+
+    def answer(handler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        try:
+            for _ in range(300):
+                handler.wfile.write(write_every)
+                handler.wfile.flush()
+                time.sleep(0.1)
+        except OSError:  # the client left
+            pass
+    return answer
+
+
+@pytest.mark.parametrize("write_every", [b": keep-alive\n\n", b"x"], ids=["sse-comments", "a-line-without-end"])
+def test_a_stream_kept_open_without_an_answer_is_bounded_by_the_timeout(server, tmp_path, write_every):
+    """The timeout bounds the whole answer, not each gap between bytes: exit 4, one line, the file
+    untouched (it ran until the server gave up, 30 s here, and then blamed the server's close)."""
+    server.answers["/v1/fim/completions"] = keep_open(write_every)
+    path, config = tmp_path / "f.py", tmp_path / "config.toml"
+    path.write_text(TEXT)
+    config.write_text('[backend]\nbackend_protocol = "mercury"\nbackend_timeout = 1.5\n')
+    out = subprocess.run([sys.executable, "-m", "sharpen.app.cli", "--config", str(config), str(path), "--apply-edit", "2:12-2:13",
+                          "--in-place", "--backend", url(server)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 4 and out.stderr.count("\n") == 1 and "did not answer within 1.5 s" in out.stderr, out.stderr
+    assert path.read_text() == TEXT
+
+
+@pytest.mark.parametrize("protocol", ["sharpen", "mercury", "openai", "chat"])
+def test_a_remote_run_imports_no_model_code(server, tmp_path, protocol):
+    """--backend runs the model elsewhere: the headless run imports no torch (it cost 1 to 5.6 s
+    before the request left)."""
+    hostile(server, protocol)
+    path, config = tmp_path / "f.py", tmp_path / "config.toml"
+    path.write_text(TEXT)
+    config.write_text(f'[backend]\nbackend_protocol = "{protocol}"\n')
+    code = ("import sys\nfrom sharpen.app.cli import main\n"
+            f"code = main(['--config', {str(config)!r}, {str(path)!r}, '--apply-edit', '2:12-2:13', '--backend', {url(server)!r}])\n"
+            "assert code == 0, code\n"
+            "model_code = ('torch', 'sharpen.kernels', 'sharpen.core.engine', 'sharpen.core.loops', 'sharpen.core.models.denoiser', 'sharpen.core.models.loading')\n"
+            "print('torch' in sys.modules, sorted(m for m in sys.modules if m.startswith(model_code)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "False []", out.stdout
+
+
+async def test_the_editor_reaches_a_server_that_comes_up_late():
+    """The editor stayed "model unavailable" for ever when its --backend server started after it:
+    it tries again with backoff, and the status bar names the model once the server answers."""
+    import socket
+
+    from pilot import notices, wait_for
+    from sharpen.app.config import Config
+    from sharpen.app.tui.editor_app import SharpenApp
+    from sharpen.app.tui.themes import load_themes
+
+    with socket.socket() as probe:  # a free port, nothing listening on it yet
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = SharpenApp([], Config.of().layered({"backend": {"backend": f"http://127.0.0.1:{port}"}}), load_themes(None))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await wait_for(pilot, lambda: app.status.model_failed, timeout=30)
+        assert app.status.model == "server unavailable (retrying)"
+        httpd = ThreadingHTTPServer(("127.0.0.1", port), Scripted)
+        httpd.answers, httpd.bodies = {"/v1/models": (200, "application/json", MODELS)}, {}
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        try:
+            await wait_for(pilot, lambda: app.backend is not None, timeout=60)
+            assert app.status.model == "m (no drafts)" and not app.status.model_failed
+            assert "m answers again" in notices(app)
+        finally:
+            httpd.shutdown()
+            httpd.server_close()
+
+
+def test_the_backoff_doubles_up_to_its_bound_and_a_success_resets_it():
+    from sharpen.app.remote import Backoff
+
+    now = [100.0]
+    backoff = Backoff(first=1.0, most=5.0, clock=lambda: now[0])
+    assert backoff.due()
+    assert [backoff.failed() for _ in range(5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+    assert not backoff.due() and backoff.seconds_left() == 5.0
+    now[0] += 5.0
+    assert backoff.due()
+    backoff.succeeded()
+    assert backoff.failed() == 1.0

@@ -88,6 +88,7 @@ class SharpenApp(App):
         self._buffer_ids = 0
         self._footer_phase = IDLE
         self.config_path = config_path  # None: the default place (see app.config.default_config_path)
+        self.reconnect = None  # with --backend: (its RemoteBackend, app.remote.Backoff), kept across tries
         if config.keymap:
             self.set_keymap(config.keymap)
 
@@ -210,12 +211,15 @@ class SharpenApp(App):
     # -- the model ----------------------------------------------------------------------
 
     def start_model_loading(self) -> None:
-        self.status.model = "loading model…"
+        if self.session.model_error is None:  # a retry keeps saying why it retries
+            self.status.model = "loading model…"
         remote = {}
         if self.config.remote.backend:  # --backend URL: every model command runs on that server
-            from ..remote import RemoteBackend
+            from ..remote import Backoff, RemoteBackend
 
-            remote["backend"] = RemoteBackend.from_config(self.config.remote)
+            if self.reconnect is None:
+                self.reconnect = (RemoteBackend.from_config(self.config.remote), Backoff(most=10.0))
+            remote["backend"] = self.reconnect[0]
         self.run_worker(partial(load_model, self.config.model, self.post_message, **remote), thread=True, group="model", exit_on_error=False)
 
     @property
@@ -227,6 +231,7 @@ class SharpenApp(App):
         return self.session.model_error
 
     def on_model_loaded(self, message: ModelLoaded) -> None:
+        came_back = self.session.model_error is not None  # a server that was not reachable before
         self.session.backend, self.session.model_error = message.backend, None
         if self.session.queued is not None:  # a model command asked for while it loaded
             pane, action = self.session.queued
@@ -238,11 +243,18 @@ class SharpenApp(App):
         if not info.drafts:  # a plain completions server: no steps to draw, the text arrives whole
             self.status.model = f"{info.name} (no drafts)"
             self.notify("this server sends no drafts: each result arrives whole", title=info.name, timeout=6)
+        if came_back:
+            self.notify(f"{info.name} answers again: model commands work", title="Server reachable", timeout=6)
 
     def on_model_failed(self, message: ModelFailed) -> None:
+        first = self.session.model_error is None
         self.session.model_error = message.error
         self.status.model, self.status.model_failed, self.status.device = "model unavailable", True, ""
-        self.notify(message.error, title="Model unavailable; editing still works", severity="error", timeout=10)
+        if self.reconnect is not None:  # a server may come up later: try again, less and less often
+            self.status.model = "server unavailable (retrying)"
+            self.set_timer(self.reconnect[1].failed(), self.start_model_loading)
+        if first:
+            self.notify(message.error, title="Model unavailable; editing still works", severity="error", timeout=10)
 
     def action_help(self) -> None:
         rows = [(self.keys_for(c.binding_id) if c.binding_id else key_label(c.fixed_keys), c.title, c.binding_id or "") for c in PALETTE]

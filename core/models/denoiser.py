@@ -14,6 +14,7 @@ import torch
 
 from .compiled import CompiledSampler, CompiledStep
 from ..errors import ModelError
+from ..newlines import CONTROL_CHARACTERS
 from .model import FULL, Attend, KVCache, Transformer
 from ..settings import PROMPT_FORMS, default_block_size
 from ..tokenizer import Tokenizer
@@ -314,11 +315,6 @@ OUT_OF_MEMORY = ("out of GPU memory in a denoising step; try a smaller --context
                  "--quantize int8, --device-map auto, or --device cpu")
 
 
-# Control characters a text file never wants from a model (NUL makes it "binary"); tab, LF,
-# CR and form feed stay allowed.
-_CONTROL = {chr(c) for c in range(32) if chr(c) not in "\t\n\r\x0c"} | {"\x7f"}
-
-
 def banned_token_ids(tokenizer: Tokenizer, spec: ModelSpec, vocab_size: int) -> torch.Tensor:
     """The mask id, special tokens other than pad/eos, ids past the tokenizer, control bytes.
 
@@ -333,7 +329,7 @@ def banned_token_ids(tokenizer: Tokenizer, spec: ModelSpec, vocab_size: int) -> 
     banned |= set(range(tokenizer.vocab_size, vocab_size))  # padded embedding rows
     n = min(vocab_size, tokenizer.vocab_size)
     pieces = tokenizer.hf.decode_batch([[i] for i in range(n)], skip_special_tokens=False)
-    banned |= {i for i, piece in enumerate(pieces) if i not in allowed_special and not _CONTROL.isdisjoint(piece)}
+    banned |= {i for i, piece in enumerate(pieces) if i not in allowed_special and not CONTROL_CHARACTERS.isdisjoint(piece)}
     banned |= {i for i in range(n) if tokenizer.hf.id_to_token(i) is None}  # holes in the id space: no text to write
     return torch.tensor(sorted(banned), dtype=torch.long)
 
