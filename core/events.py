@@ -78,7 +78,7 @@ class Progress:
 
 @dataclass(frozen=True)
 class Done:
-    result: object  # core.engine.EditResult
+    result: object  # core.result.EditResult
     last: Progress  # the final frame (what the preview shows when the run ends)
     model: str  # the model's name
     noise: str  # "mask" or "random": how the canvas started
@@ -111,7 +111,7 @@ class Done:
     @classmethod
     def from_json(cls, data: dict, request: EditRequest) -> "Done":
         """The Done a server sent for `request` (the text is the client's own: only changes travel)."""
-        from .engine import EditResult, SpanResult
+        from .result import EditResult, SpanResult
 
         if len(data["spans"]) != len(request.spans):
             raise ModelError("the server answered for a different number of spans")

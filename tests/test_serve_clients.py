@@ -27,10 +27,10 @@ SUFFIX = "\n    return n\n"
 
 @pytest.fixture(scope="module")
 def denoiser():
-    from sharpen.app.model_choice import load_model
+    from sharpen.core.models.load import load_model
     from sharpen.core.settings import ModelRequest
 
-    return load_model(ModelRequest(), quiet=True)
+    return load_model(ModelRequest())
 
 
 def _http(backend, limits: Limits = Limits()) -> httpx.AsyncClient:

@@ -109,12 +109,12 @@ def test_a_stderr_nobody_reads_never_blocks_the_server():
 def upstream():
     """A sharpen server in this process: the remote model `sharpen serve --backend URL` serves."""
     from sharpen.app.backend import LocalBackend
-    from sharpen.app.model_choice import load_model
+    from sharpen.core.models.load import load_model
     from sharpen.app.serve.app import build_app
     from sharpen.app.serve.common import Server
     from sharpen.core.settings import ModelRequest
 
-    backend = LocalBackend.of(load_model(ModelRequest(), quiet=True))
+    backend = LocalBackend.of(load_model(ModelRequest()))
     with in_process_server(build_app(Server(backend, backend.describe()))) as url:
         yield url
 
