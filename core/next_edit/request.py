@@ -26,7 +26,7 @@ LINES_BEFORE = 4  # the cursor window: lines above the cursor's line ...
 LINES_AFTER = 6  # ... and below it (Zed's Mercury sends ~350 tokens; a diffusion canvas wants few)
 POINTED_LINES = 1  # lines around each place the history points to, above and below
 MAX_WINDOWS = 5  # windows in one run: the cursor's and at most four pointed ones
-MIN_CONFIDENCE = 0.3  # hunks the model is less sure of than this are dropped (quiet when unsure)
+MIN_CONFIDENCE = 0.5  # hunks the model is less sure of than this are dropped (quiet when unsure)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -107,7 +107,9 @@ def line_window(text: str, offset: int, before: int, after: int) -> Window:
 def removed_names(event: EditEvent) -> list[str]:
     """Identifiers the edit took away: in its removed lines and in none of its added lines (a
     rename's old name, a parameter dropped from a signature), longest first."""
-    old, new = event.sides()
+    lines = event.diff.splitlines()
+    old = "".join(line[1:] + "\n" for line in lines if line.startswith("-"))
+    new = "".join(line[1:] + "\n" for line in lines if line.startswith("+"))
     kept = set(_WORD.findall(new))
     names = {w for w in _WORD.findall(old) if w not in kept and len(w) > 1}
     return sorted(names, key=lambda w: (-len(w), w))
