@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from . import edits, llama, openai
+from . import edits, llama, next_edit, openai
 from .common import HTTPError, Server, error_body, error_response, server_of
 
 log = logging.getLogger(__name__)
@@ -93,12 +93,14 @@ ROUTES = [
     Route("/v1/models/{model:path}", openai.model, methods=["GET"]),
     Route("/infill", llama.infill, methods=["POST"]),
     Route("/completion", llama.completion, methods=["POST"]),
-    Route("/v1/completions", openai.completions, methods=["POST"]),
-    Route("/completions", openai.completions, methods=["POST"]),
+    # next-edit prompts (Zeta 2 / 2.1, Sweep) on /v1/completions are answered by app/serve/next_edit.py
+    Route("/v1/completions", next_edit.completions_or(openai.completions), methods=["POST"]),
+    Route("/completions", next_edit.completions_or(openai.completions), methods=["POST"]),
     Route("/v1/fim/completions", openai.fim_completions, methods=["POST"]),
     Route("/v1/chat/completions", openai.chat_completions, methods=["POST"]),
     Route("/chat/completions", openai.chat_completions, methods=["POST"]),
     Route("/v1/edits", edits.edits, methods=["POST"]),
+    Route("/v1/edit/completions", next_edit.edit_completions, methods=["POST"]),  # Mercury's next edit
 ]
 
 
