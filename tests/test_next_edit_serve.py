@@ -101,3 +101,79 @@ async def test_other_prompts_still_get_the_ordinary_completion():
 async def test_a_malformed_mercury_prompt_is_one_line_400():
     answer = await _post(ScriptedBackend(_derive), "/v1/edit/completions", cursortab_mercury_body("no tags here"))
     assert answer.status_code == 400 and "mercury prompt" in answer.json()["error"]["message"]
+
+
+# -- `sharpen lsp`: textDocument/copilotInlineEdit through a JSON-RPC client over stdio ---------
+
+SHAPES = "def area(width, height):\n    return width * height\n"
+SCRIPTED_LSP = """
+import sys
+sys.path.insert(0, {tests!r})
+from next_edit_scripted import ScriptedBackend, renamer
+from sharpen.app.lsp import Completer, build_server
+from sharpen.core.settings import Editing, Sampling
+rename = renamer("width", "w")
+# An instruct model that follows the history it is given: it renames only when the instruction shows the rename.
+follow = lambda text, span: rename(text, span) if "+def area(w, height):" in (span.instruction or "") else text
+completer = Completer(ScriptedBackend(follow, instruct=True), Sampling(), Editing())
+completer.ready.set()
+build_server(completer).start_io()
+"""
+
+
+async def _lsp_client(*command: str):
+    from lsprotocol import types as lsp
+    from pygls.lsp.client import LanguageClient
+
+    from serving import ROOT
+
+    client = LanguageClient("sidekick-like", "1")
+    await client.start_io(*command, cwd=str(ROOT))
+    await client.initialize_async(lsp.InitializeParams(capabilities=lsp.ClientCapabilities(), process_id=None, root_uri=None))
+    client.initialized(lsp.InitializedParams())
+    return client
+
+
+async def _inline_edit(client, line: int, character: int, version: int) -> dict:
+    import asyncio
+
+    # The body sidekick.nvim / cursortab.nvim send (vim.lsp.util.make_position_params + the version).
+    params = {"textDocument": {"uri": "file:///tmp/shapes.py", "version": version}, "position": {"line": line, "character": character}}
+    return await asyncio.wait_for(client.protocol.send_request_async("textDocument/copilotInlineEdit", params), 120)
+
+
+def _as_dict(value):
+    if hasattr(value, "_asdict"):
+        return {k: _as_dict(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: _as_dict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_dict(v) for v in value]
+    return value
+
+
+async def test_copilot_inline_edit_follows_the_edit_the_document_just_had():
+    import sys
+    from pathlib import Path
+
+    from lsprotocol import types as lsp
+
+    client = await _lsp_client(sys.executable, "-c", SCRIPTED_LSP.format(tests=str(Path(__file__).parent)))
+    try:
+        uri = "file:///tmp/shapes.py"
+        client.text_document_did_open(lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem(uri, "python", 1, SHAPES)))
+        # The user renames the parameter on its definition: `width` -> `w` (line 0, columns 9-14).
+        change = lsp.TextDocumentContentChangePartial(range=lsp.Range(lsp.Position(0, 9), lsp.Position(0, 14)), text="w")
+        client.text_document_did_change(lsp.DidChangeTextDocumentParams(lsp.VersionedTextDocumentIdentifier(version=2, uri=uri), [change]))
+        result = _as_dict(await _inline_edit(client, 0, 10, 2))
+        assert result == {"edits": [{
+            "range": {"start": {"line": 1, "character": 11}, "end": {"line": 1, "character": 16}}, "text": "w",
+            "textDocument": {"uri": uri, "version": 2},
+            "command": {"title": "Accept next edit", "command": "sharpen.didAcceptNextEdit", "arguments": result["edits"][0]["command"]["arguments"]}}]}
+        not_open = _as_dict(await client.protocol.send_request_async(
+            "textDocument/copilotInlineEdit", {"textDocument": {"uri": "file:///tmp/none.py", "version": 1}, "position": {"line": 0, "character": 0}}))
+        assert not_open == {"edits": []}
+    finally:
+        await client.shutdown_async(None)
+        client.exit(None)
+        await client.stop()

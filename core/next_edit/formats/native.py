@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from . import FormatError, PromptParts, parse_events, window_text, with_newline
+from .common import FormatError, PromptParts, parse_events, window_text, with_newline
 from ..request import NextEditRequest, Snippet
 
 NAME = "native"

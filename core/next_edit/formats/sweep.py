@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import re
 
-from . import FormatError, PromptParts, window_text
-from ..history import EditEvent
+from .common import FormatError, PromptParts, window_text
+from ..history import EditEvent, unified_diff
 from ..request import NextEditRequest, Snippet
 
 NAME = "sweep"
@@ -110,8 +110,6 @@ def parse_prompt(prompt: str) -> PromptParts:
 
 
 def _event(path: str, old: str, new: str) -> EditEvent:
-    from ..history import unified_diff
-
     return EditEvent(path, unified_diff(old + "\n", new + "\n"))
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 
-from . import FormatError, PromptParts, parse_events, window_text, with_newline
+from .common import FormatError, PromptParts, parse_events, window_text, with_newline
 from ..request import NextEditRequest, Snippet
 
 FIM_SUFFIX, FIM_PREFIX, FIM_MIDDLE, FILE = "<[fim-suffix]>", "<[fim-prefix]>", "<[fim-middle]>", "<filename>"
