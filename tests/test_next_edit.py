@@ -123,3 +123,40 @@ def test_the_embedded_model_rewrites_every_window_through_the_engines_rewrite_pa
         assert hunk.confidence >= request.min_confidence
     assert first.tokens > 0 and first.first_draft is None  # predict_to_end asks for no drafts
     assert all(isinstance(e, (NextEditDraft, NextEditDone)) for e in predict(embedded, request))
+
+
+# -- bench/next_edit.py and its scenarios -----------------------------------------------------
+
+
+def test_the_scenarios_cover_what_the_benchmark_promises():
+    import json
+
+    import next_edit as bench
+
+    scenarios = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(bench.SCENARIOS.glob("*.json"))]
+    assert len(scenarios) >= 40
+    assert sum(s["expected"] is None for s in scenarios) >= len(scenarios) / 4  # a quarter stay quiet
+    assert sum(s["language"] != "python" for s in scenarios) >= len(scenarios) / 2
+    assert {"rename", "signature", "repeated", "pattern", "import", "tests", "quiet"} <= {s["kind"] for s in scenarios}
+    for s in scenarios:
+        assert s["text"].count(bench.CURSOR) == 1, s["name"]
+        assert s["history"][-1]["after"] == s["text"].replace(bench.CURSOR, ""), s["name"]
+        assert s["expected"] != s["text"].replace(bench.CURSOR, ""), s["name"]
+
+
+def test_delta_chrf_scores_only_the_changed_lines():
+    import next_edit as bench
+
+    before = "a = 1\nb = 2\nc = 3\n"
+    right = "a = 1\nb = 20\nc = 3\n"
+    assert bench.delta_chrf(before, right, right) == 100.0
+    assert bench.delta_chrf(before, before, right) == 0.0  # quiet where an edit was expected
+    assert 0 < bench.delta_chrf(before, "a = 1\nb = 21\nc = 3\n", right) < 100
+
+
+def test_the_benchmark_prints_its_table_on_the_embedded_model(capsys):
+    import next_edit as bench
+
+    assert bench.main(["--only", "rust-", "--steps", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "deltaChrF" in out and "quiet" in out and out.strip().splitlines()[-1].startswith("all")
