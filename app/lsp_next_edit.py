@@ -91,6 +91,12 @@ def register(server, completer) -> EditTracker:
         if document is not None:
             tracker.changed(params.text_document.uri, document.source)
 
+    @server.command(ACCEPT_COMMAND)
+    def accepted(ls, *args):
+        """A client runs an accepted edit's command (sidekick.nvim does): nothing to do, the
+        edit arrives as a didChange like any other."""
+        return None
+
     @server.feature(COPILOT_INLINE_EDIT)
     async def inline_edit(ls, params):
         identifier, position = _field(params, "textDocument"), _field(params, "position")

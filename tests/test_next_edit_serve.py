@@ -4,6 +4,7 @@ bodies on /v1/completions, answered in their own formats; a plain prompt still g
 ordinary completion. The model is the scripted one (tests/next_edit_scripted.py)."""
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -137,8 +138,10 @@ async def _lsp_client(*command: str):
 async def _inline_edit(client, line: int, character: int, version: int) -> dict:
     import asyncio
 
-    # The body sidekick.nvim / cursortab.nvim send (vim.lsp.util.make_position_params + the version).
-    params = {"textDocument": {"uri": "file:///tmp/shapes.py", "version": version}, "position": {"line": line, "character": character}}
+    # The body sidekick.nvim sends (lua/sidekick/nes/init.lua: make_position_params, the buffer's
+    # version, context.triggerKind 2); cursortab.nvim sends the same without the context.
+    params = {"textDocument": {"uri": "file:///tmp/shapes.py", "version": version}, "position": {"line": line, "character": character},
+              "context": {"triggerKind": 2}}
     return await asyncio.wait_for(client.protocol.send_request_async("textDocument/copilotInlineEdit", params), 120)
 
 
@@ -170,6 +173,9 @@ async def test_copilot_inline_edit_follows_the_edit_the_document_just_had():
             "range": {"start": {"line": 1, "character": 11}, "end": {"line": 1, "character": 16}}, "text": "w",
             "textDocument": {"uri": uri, "version": 2},
             "command": {"title": "Accept next edit", "command": "sharpen.didAcceptNextEdit", "arguments": result["edits"][0]["command"]["arguments"]}}]}
+        accepted = await asyncio.wait_for(client.protocol.send_request_async(
+            "workspace/executeCommand", lsp.ExecuteCommandParams("sharpen.didAcceptNextEdit", arguments=result["edits"][0]["command"]["arguments"])), 30)
+        assert accepted is None  # the accepted edit's command is known to the server
         not_open = _as_dict(await client.protocol.send_request_async(
             "textDocument/copilotInlineEdit", {"textDocument": {"uri": "file:///tmp/none.py", "version": 1}, "position": {"line": 0, "character": 0}}))
         assert not_open == {"edits": []}
