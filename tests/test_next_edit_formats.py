@@ -7,6 +7,8 @@ the cursor on a sibling enum) and of Zed's crates/zeta_prompt, retyped here.
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sharpen.core.next_edit.formats import FormatError, detect_format, format_of
@@ -135,3 +137,14 @@ def test_what_is_no_next_edit_prompt_is_detected_as_none_and_refused_by_the_pars
     for name in ("mercury", "zeta2", "zeta21", "sweep"):
         with pytest.raises(FormatError):
             format_of(name).parse_prompt(prompt)
+
+
+def test_zeta21_a_change_at_a_block_boundary_still_spans_a_block():
+    region = _long_window()
+    offsets = marker_offsets(region)
+    at = offsets[1]  # an insertion right at the second block's start
+    new = region[:at] + "// note\n" + region[at:]  # shares nothing with either side: the change is the boundary itself
+    answer = format_of("zeta21").render_answer(region, new)
+    numbers = [int(n) for n in re.findall(r"<\|marker_(\d+)\|>", answer)]
+    assert numbers[0] < numbers[-1]  # the same marker twice would read as "no edit"
+    assert format_of("zeta21").parse_answer(answer, region) == new

@@ -149,7 +149,7 @@ def predict(backend, request: NextEditRequest, instruct: bool | None = None, sho
             if isinstance(event, Progress):
                 first = time.perf_counter() - started if first is None else first
                 drafts = dict(final)
-                drafts.update({w: (s.text, None) for w, s in zip(windows, event.spans)})
+                drafts.update({w: (s.text, s) for w, s in zip(windows, event.spans)})  # the slots rate the draft too
                 answer = answer_of(request, [(w, t, d) for w, (t, d) in sorted(drafts.items(), key=lambda kv: kv[0].start)])
                 yield NextEditDraft(event.step, event.total_steps, time.perf_counter() - started, answer)
             elif isinstance(event, Done):
