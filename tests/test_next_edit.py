@@ -160,3 +160,38 @@ def test_the_benchmark_prints_its_table_on_the_embedded_model(capsys):
     assert bench.main(["--only", "rust-", "--steps", "4"]) == 0
     out = capsys.readouterr().out
     assert "deltaChrF" in out and "quiet" in out and out.strip().splitlines()[-1].startswith("all")
+
+
+# -- the offer: Tab jumps, a second Tab applies one hunk (one undo step), typing moves or withdraws --
+
+
+def test_tab_jumps_then_applies_one_hunk_at_a_time_and_undo_restores():
+    from sharpen.core.next_edit.offer import Apply, Jump, Offer
+    from sharpen.core.next_edit.request import NextEditAnswer
+
+    text = "def f(w):\n    return width + width\n"
+    first, second = text.index("width"), text.rindex("width")
+    offer = Offer.of(NextEditAnswer((Hunk(first, first + 5, "w", 0.9), Hunk(second, second + 5, "w", 0.9))))
+    offer, step = offer.tab(0)
+    assert step == Jump(first)
+    offer, step = offer.tab(step.offset)
+    assert isinstance(step, Apply) and step.cursor == first + 1
+    after_one = step.changes.apply(text)
+    assert after_one == "def f(w):\n    return w + width\n"
+    assert step.changes.inverted(text).apply(after_one) == text  # undo takes back that hunk only
+    assert [(h.start, h.end) for h in offer.hunks] == [(second - 4, second + 1)]  # the rest moved with the text
+    offer, step = offer.tab(step.cursor)
+    offer, step = offer.tab(step.offset)
+    assert step.changes.apply(after_one) == "def f(w):\n    return w + w\n" and offer is None
+
+
+def test_typing_moves_the_hunks_and_withdraws_one_typed_into():
+    from sharpen.core.next_edit.offer import Offer
+    from sharpen.core.next_edit.request import NextEditAnswer
+
+    offer = Offer.of(NextEditAnswer((Hunk(10, 15, "a", 0.9), Hunk(20, 25, "b", 0.9))))
+    moved = offer.after_edit(ChangeSet.of([(0, 0, "xy")]))  # typed before both
+    assert [(h.start, h.end) for h in moved.hunks] == [(12, 17), (22, 27)]
+    left = offer.after_edit(ChangeSet.of([(12, 13, "Q")]))  # typed inside the first
+    assert [(h.start, h.text) for h in left.hunks] == [(20, "b")]
+    assert offer.apply_all().apply("0123456789abcdefghijklmnopqrstuvwxyz") == "0123456789afghijbpqrstuvwxyz"
