@@ -9,7 +9,7 @@ from next_edit_scripted import ScriptedBackend, renamer
 from sharpen.core.changes import ChangeSet
 from sharpen.core.next_edit.history import EditHistory
 from sharpen.core.next_edit.predict import NextEditDone, NextEditDraft, hunks_between, predict, predict_to_end
-from sharpen.core.next_edit.request import Hunk, NextEditRequest, Window, line_window
+from sharpen.core.next_edit.request import Hunk, NextEditRequest, line_window
 
 FILLER = "".join(f"# line {i}\n" for i in range(30))
 SOURCE = ("def area(width, height):\n    return width * height\n\n" + FILLER

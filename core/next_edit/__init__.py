@@ -4,6 +4,7 @@
     request = NextEditRequest.around(path, text, cursor, history.events(), snippets)  # request.py
     for event in predict(backend, request): ...        # predict.py: NextEditDraft ..., then NextEditDone
     event.answer.changes                                # a ChangeSet; empty = "no edit" (draw nothing)
+    offer = Offer.of(event.answer)                      # offer.py: Tab jumps, a second Tab applies one hunk
 
 Prompt formats of other next-edit models (Mercury / Copilot xtab tags, Zed's Zeta 2 and 2.1,
 Sweep's blocks) and sharpen's own are build/parse pairs in formats/; docs/next_edit.md says how
