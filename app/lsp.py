@@ -153,6 +153,9 @@ def build_server(completer: Completer):
             return lsp.InlineCompletionList(items=[])
         return lsp.InlineCompletionList(items=[lsp.InlineCompletionItem(insert_text=lead + filled, range=where)])
 
+    from .lsp_next_edit import register as register_next_edit  # textDocument/copilotInlineEdit (app/lsp_next_edit.py)
+
+    register_next_edit(server, completer)
     return server
 
 

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from . import next_edit
 from .common import ClientGone, HTTPError, Server, error_body, error_response, server_of
 from .edits import Edits
 from .llama import Completion, Infill
@@ -116,8 +117,17 @@ GET_ROUTES = [
 ]
 
 
+# Next-edit prediction (app/serve/next_edit.py): Mercury's endpoint, and the Zeta 2 / 2.1 and
+# Sweep prompts Zed's edit-prediction provider sends to /v1/completions, answered in their format.
+NEXT_EDIT_ROUTES = [Route("/v1/edit/completions", next_edit.edit_completions, methods=["POST"])]
+NEXT_EDIT_PROMPTS_ON = {"/v1/completions", "/completions"}
+
+
 def routes_of(endpoints: list[Endpoint]) -> list[Route]:
-    return [*GET_ROUTES, *(Route(e.path, handler(e.shape), methods=["POST"]) for e in endpoints)]
+    def answer(e: Endpoint):
+        return next_edit.completions_or(handler(e.shape)) if e.path in NEXT_EDIT_PROMPTS_ON else handler(e.shape)
+
+    return [*GET_ROUTES, *NEXT_EDIT_ROUTES, *(Route(e.path, answer(e), methods=["POST"]) for e in endpoints)]
 
 
 ROUTES = routes_of(ENDPOINTS)

@@ -1,0 +1,185 @@
+"""Next edit over HTTP (app/serve/next_edit.py) with the real clients' request bodies: Zed's
+Mercury request and cursortab.nvim's, on /v1/edit/completions; cursortab's Zeta 2 and Sweep
+bodies on /v1/completions, answered in their own formats; a plain prompt still goes to the
+ordinary completion. The model is the scripted one (tests/next_edit_scripted.py)."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from next_edit_scripted import ScriptedBackend
+from test_next_edit_formats import MERCURY, SWEEP, TEXT, ZETA2
+
+EXPECTED = TEXT.replace("#[derive(Debug)]", "#[derive(Debug, Serialize)]")
+
+
+def _derive(text: str, span) -> str:
+    return text.replace("#[derive(Debug)]", "#[derive(Debug, Serialize)]")
+
+
+def _app(backend):
+    from sharpen.app.serve.app import build_app
+    from sharpen.app.serve.common import Server
+
+    return build_app(Server(backend, backend.describe()))
+
+
+async def _post(backend, path: str, body: dict) -> httpx.Response:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=_app(backend)), base_url="http://test") as client:
+        return await client.post(path, json=body, timeout=60)
+
+
+# Zed's crates/edit_prediction/src/mercury.rs: an OpenAI chat request, the prompt in one user message.
+def zed_mercury_body(prompt: str) -> dict:
+    return {"model": "mercury-coder", "messages": [{"role": "user", "content": prompt}], "stream": False, "stop": [], "tools": []}
+
+
+# cursortab.nvim's recorded Mercury request (server/eval/scenarios/*/mercuryapi.ndjson).
+def cursortab_mercury_body(prompt: str) -> dict:
+    return {"model": "mercury-edit", "messages": [{"role": "user", "content": prompt}], "stream": False}
+
+
+@pytest.mark.parametrize("body", [zed_mercury_body, cursortab_mercury_body])
+async def test_mercury_edit_completions_answers_the_rewritten_region_fenced(body):
+    backend = ScriptedBackend(_derive)
+    answer = await _post(backend, "/v1/edit/completions", body(MERCURY))
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    assert data["object"] == "chat.completion"
+    assert data["choices"][0]["message"]["content"] == "```\n" + EXPECTED + "```"  # what Zed strips and diffs
+    (edit,) = backend.requests
+    assert edit.text == TEXT and [s.mode for s in edit.spans] == ["rewrite"]
+
+
+async def test_mercury_no_prediction_is_None():
+    answer = await _post(ScriptedBackend(lambda t, s: t), "/v1/edit/completions", cursortab_mercury_body(MERCURY))
+    assert answer.json()["choices"][0]["message"]["content"] == "None"
+
+
+async def test_mercury_diffusing_streams_whole_drafts_then_the_answer():
+    body = {**cursortab_mercury_body(MERCURY), "stream": True, "diffusing": True}
+    answer = await _post(ScriptedBackend(_derive, steps=4), "/v1/edit/completions", body)
+    events = [line[6:] for line in answer.text.split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert len(chunks) == 5 and all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"]["content"] == "None"  # step 0: the draft is still the old text
+    assert chunks[-1]["choices"][0]["delta"]["content"] == "```\n" + EXPECTED + "```" and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+# cursortab.nvim's recorded zeta-2 and sweep-next-edit bodies (/v1/completions).
+ZETA2_BODY = {"model": "zeta-2", "prompt": ZETA2, "temperature": 0, "max_tokens": 2048,
+              "stop": [">>>>>>> UPDATED\n", ">>>>>>> UPDATED"], "n": 1, "echo": False, "stream": False}
+SWEEP_BODY = {"model": "sweep-next-edit-1.5B", "prompt": SWEEP, "temperature": 0, "max_tokens": 2048,
+              "stop": ["<|file_sep|>", "<|endoftext|>"], "n": 1, "echo": False, "stream": False}
+
+
+async def test_a_zeta2_prompt_on_completions_is_answered_as_zeta2():
+    answer = await _post(ScriptedBackend(_derive), "/v1/completions", ZETA2_BODY)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["text"] == EXPECTED  # the client's stop cut >>>>>>> UPDATED
+    quiet = await _post(ScriptedBackend(lambda t, s: t), "/v1/completions", ZETA2_BODY)
+    assert quiet.json()["choices"][0]["text"] == "NO_EDITS\n"
+
+
+async def test_a_sweep_prompt_is_answered_after_its_prefill():
+    # An edit below the prefilled lines: `MissingKey` renamed.
+    backend = ScriptedBackend(lambda t, s: t.replace("MissingKey", "AbsentKey"))
+    answer = await _post(backend, "/v1/completions", SWEEP_BODY)
+    assert answer.json()["choices"][0]["text"] == TEXT.replace("MissingKey", "AbsentKey")[len("#[derive(Debug)]\n"):]
+
+
+async def test_other_prompts_still_get_the_ordinary_completion():
+    backend = ScriptedBackend(lambda t, s: "filled")
+    answer = await _post(backend, "/v1/completions", {"prompt": "def f():\n    return", "max_tokens": 4})
+    assert answer.status_code == 200 and answer.json()["choices"][0]["text"] == "filled"
+    (edit,) = backend.requests
+    assert [s.mode for s in edit.spans] == ["infill"]
+
+
+async def test_a_malformed_mercury_prompt_is_one_line_400():
+    answer = await _post(ScriptedBackend(_derive), "/v1/edit/completions", cursortab_mercury_body("no tags here"))
+    assert answer.status_code == 400 and "mercury prompt" in answer.json()["error"]["message"]
+
+
+# -- `sharpen lsp`: textDocument/copilotInlineEdit through a JSON-RPC client over stdio ---------
+
+SHAPES = "def area(width, height):\n    return width * height\n"
+SCRIPTED_LSP = """
+import sys
+sys.path.insert(0, {tests!r})
+from next_edit_scripted import ScriptedBackend, renamer
+from sharpen.app.lsp import Completer, build_server
+from sharpen.core.settings import Editing, Sampling
+rename = renamer("width", "w")
+# An instruct model that follows the history it is given: it renames only when the instruction shows the rename.
+follow = lambda text, span: rename(text, span) if "+def area(w, height):" in (span.instruction or "") else text
+completer = Completer(ScriptedBackend(follow, instruct=True), Sampling(), Editing())
+completer.ready.set()
+build_server(completer).start_io()
+"""
+
+
+async def _lsp_client(*command: str):
+    from lsprotocol import types as lsp
+    from pygls.lsp.client import LanguageClient
+
+    from serving import ROOT
+
+    client = LanguageClient("sidekick-like", "1")
+    await client.start_io(*command, cwd=str(ROOT))
+    await client.initialize_async(lsp.InitializeParams(capabilities=lsp.ClientCapabilities(), process_id=None, root_uri=None))
+    client.initialized(lsp.InitializedParams())
+    return client
+
+
+async def _inline_edit(client, line: int, character: int, version: int) -> dict:
+    import asyncio
+
+    # The body sidekick.nvim sends (lua/sidekick/nes/init.lua: make_position_params, the buffer's
+    # version, context.triggerKind 2); cursortab.nvim sends the same without the context.
+    params = {"textDocument": {"uri": "file:///tmp/shapes.py", "version": version}, "position": {"line": line, "character": character},
+              "context": {"triggerKind": 2}}
+    return await asyncio.wait_for(client.protocol.send_request_async("textDocument/copilotInlineEdit", params), 120)
+
+
+def _as_dict(value):
+    if hasattr(value, "_asdict"):
+        return {k: _as_dict(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: _as_dict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_dict(v) for v in value]
+    return value
+
+
+async def test_copilot_inline_edit_follows_the_edit_the_document_just_had():
+    import sys
+    from pathlib import Path
+
+    from lsprotocol import types as lsp
+
+    client = await _lsp_client(sys.executable, "-c", SCRIPTED_LSP.format(tests=str(Path(__file__).parent)))
+    try:
+        uri = "file:///tmp/shapes.py"
+        client.text_document_did_open(lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem(uri, "python", 1, SHAPES)))
+        # The user renames the parameter on its definition: `width` -> `w` (line 0, columns 9-14).
+        change = lsp.TextDocumentContentChangePartial(range=lsp.Range(lsp.Position(0, 9), lsp.Position(0, 14)), text="w")
+        client.text_document_did_change(lsp.DidChangeTextDocumentParams(lsp.VersionedTextDocumentIdentifier(version=2, uri=uri), [change]))
+        result = _as_dict(await _inline_edit(client, 0, 10, 2))
+        assert result == {"edits": [{
+            "range": {"start": {"line": 1, "character": 11}, "end": {"line": 1, "character": 16}}, "text": "w",
+            "textDocument": {"uri": uri, "version": 2},
+            "command": {"title": "Accept next edit", "command": "sharpen.didAcceptNextEdit", "arguments": result["edits"][0]["command"]["arguments"]}}]}
+        accepted = await asyncio.wait_for(client.protocol.send_request_async(
+            "workspace/executeCommand", lsp.ExecuteCommandParams("sharpen.didAcceptNextEdit", arguments=result["edits"][0]["command"]["arguments"])), 30)
+        assert accepted is None  # the accepted edit's command is known to the server
+        not_open = _as_dict(await client.protocol.send_request_async(
+            "textDocument/copilotInlineEdit", {"textDocument": {"uri": "file:///tmp/none.py", "version": 1}, "position": {"line": 0, "character": 0}}))
+        assert not_open == {"edits": []}
+    finally:
+        await client.shutdown_async(None)
+        client.exit(None)
+        await client.stop()
