@@ -12,7 +12,7 @@ from sharpen.app.recovery import RecoveryEntry
 from sharpen.app.specs import LineIndex
 from sharpen.app.syntax_specs import syntax_range
 from sharpen.app.tui.confirm_screen import ConfirmScreen
-from sharpen.app.tui.editor_area import indent_width_of
+from sharpen.app.tui.indent import indent_width_of
 from sharpen.app.tui.editor_pane import IDLE, PREVIEW
 from sharpen.app.tui.recovery_actions import shown_path
 from sharpen.app.tui.status_bar import StatusBar

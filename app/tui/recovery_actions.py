@@ -143,6 +143,11 @@ class RecoveryKeeper:
         self._claim(pane)
         self._disk_seen.pop(pane.id, None)
 
+    def closed(self, pane) -> None:
+        """A tab closed (saved, or its changes discarded by the user): its entry and "open" marker go."""
+        self._discard(self.recovery_path(pane))
+        self._disk_seen.pop(pane.id, None)
+
     def recovery_discard_all(self) -> None:
         """On quitting without unsaved changes (or discarding them): drop what this start wrote,
         and only that: other starts' entries stay for their own recovery."""
