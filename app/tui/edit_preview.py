@@ -12,8 +12,10 @@ once, by Accept, as one undo step.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from ...core.spans import Span
+from ..specs import LineIndex, format_range
 from .messages import EditFailed, EditFinished, EditProgress
 from .preview import EMPTY_GLYPH, FINAL, MASKED, Piece, pieces_text
 from .run_state import ModelRun
@@ -62,7 +64,10 @@ class EditPreview:
         self.selection_before_run = None
         pane.ghost.dismiss()
         path = str(editor.buffer.path) if editor.buffer.path else None
-        self.run = pane.runs.start("edit", editor.buffer_text, spans, self, session.backend, session.config, self._step_ms(), path)
+        text = editor.buffer_text
+        index = LineIndex.of(text)  # a refusal names the span as the user sees it, L:C-L:C, not by offsets
+        spans = [replace(span, label=span.label or format_range(index, span.start, span.end)) for span in spans]
+        self.run = pane.runs.start("edit", text, spans, self, session.backend, session.config, self._step_ms(), path)
         pane.notice = "starting…"
         pane.set_phase(RUNNING)
         self._show([[] for _ in spans])
@@ -157,7 +162,8 @@ class EditPreview:
         self.pane.notice = f"edit failed: {message.error}"
         self.pane.set_phase(IDLE)
         self._restore_selection()
-        self.pane.app.notify(message.error, title="Edit failed", severity="error")
+        # The whole reason, however long: the status bar's line may cut it (and the toast stays a while).
+        self.pane.app.notify(message.error, title="Edit failed", severity="error", timeout=20)
 
     # -- drawing ------------------------------------------------------------------------
 
