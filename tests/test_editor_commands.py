@@ -1,12 +1,13 @@
 """Pilot tests of the commands a user of another editor reaches for first: prompts that replace
-their pre-filled answer, find previous, find and replace, close a tab, path completion; and
-Fill body from the first column of a method's line (the editor's and `body@L:1`).
+their pre-filled answer, find previous, find and replace, close a tab, path completion; Fill
+body from the first column of a method's line (the editor's and `body@L:1`); and the messages
+around them: a failed edit's reason in lines and columns, the footer at 80x24, a one-time
+notice, control characters drawn as markers.
 """
 from __future__ import annotations
 
-from pathlib import Path
+import re
 
-import pytest
 from pilot import make_app, notices, wait_for, with_model
 
 from sharpen.app.specs import parse_spec
@@ -27,13 +28,6 @@ METHODS = '''class Parser:
     def other(self):
         return 2
 '''
-
-
-@pytest.fixture(autouse=True)
-def recovery_dir(tmp_path, monkeypatch) -> Path:
-    directory = tmp_path / "recovery"
-    monkeypatch.setenv("SHARPEN_RECOVERY_DIR", str(directory))
-    return directory
 
 
 async def prompt_up(pilot, app) -> PromptScreen:
@@ -190,3 +184,76 @@ async def test_tab_completes_a_path_in_the_open_prompt(tmp_path):
         await pilot.press(*f"{tmp_path}/mod", "tab", "enter")
         await wait_for(pilot, lambda: app.active_pane() is not None and app.active_pane().editor.buffer.path is not None)
         assert app.active_pane().editor.buffer.path.name == "module_one.py"
+
+
+async def test_a_failed_edit_names_lines_and_columns_and_its_whole_reason_stays_reachable(tmp_path, tiny_denoiser):
+    path = tmp_path / "long.py"
+    path.write_text("".join(f"value_{i} = {i} * {i}\n" for i in range(600)))
+    app = make_app([path])
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.active_pane()
+        await with_model(app, pilot, tiny_denoiser)
+        pane.editor.select_offsets(0, len(pane.editor.buffer_text))
+        await pilot.press("alt+r")  # a rewrite of 600 lines: more than the tiny model's canvas
+        await wait_for(pilot, lambda: pane.notice.startswith("edit failed"))
+        toast = next(n for n in app._notifications if n.title == "Edit failed")
+        assert toast.message.startswith("span 1:1-601:1: ") and "characters" in toast.message, toast.message
+        assert pane.notice == f"edit failed: {toast.message}" and toast.timeout >= 20  # the whole reason, long enough to read
+
+
+async def test_at_80x24_the_footer_keeps_quit_and_keys_also_while_a_preview_is_up(tmp_path, tiny_denoiser):
+    from textual.widgets._footer import FooterKey
+
+    path = tmp_path / "f.py"
+    path.write_text("def f(x):\n    return x\n")
+    app = make_app([path])
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = app.active_pane()
+
+        async def footer_shows(*actions):
+            await pilot.pause()
+            keys = {key.action: key.region for key in app.screen.query(FooterKey)}
+            for action in actions:
+                region = keys[action]
+                assert region.right <= 80 and region.width > 0, (action, region)
+                assert not any(other.overlaps(region) for name, other in keys.items() if name != action), action
+
+        await footer_shows("quit", "help")
+        await with_model(app, pilot, tiny_denoiser)
+        pane.editor.move_cursor((1, 12))
+        await pilot.press("alt+i")
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        await footer_shows("quit", "help", "accept")
+
+
+async def test_accepted_n_characters_goes_with_the_next_key(tmp_path, tiny_denoiser):
+    path = tmp_path / "f.py"
+    path.write_text("def f(x):\n    return x\n")
+    app = make_app([path])
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.active_pane()
+        await with_model(app, pilot, tiny_denoiser)
+        pane.editor.move_cursor((1, 12))
+        await pilot.press("alt+i")
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        await pilot.press("tab")
+        await wait_for(pilot, lambda: pane.phase == IDLE)
+        assert re.match(r"accepted \d+ characters? \(undo restores\)", app.status.notice), app.status.notice
+        await pilot.press("left")  # not an edit: before, the note stayed until the buffer changed
+        await pilot.pause()
+        assert pane.notice == "" and app.status.notice == ""
+
+
+async def test_form_feed_line_separator_and_lone_cr_are_drawn_as_markers(tmp_path):
+    path = tmp_path / "c.py"
+    path.write_bytes("a\x0cb = 1\nx = 'p\u2028q'\ny\rz\n".encode())
+    app = make_app([path])
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        assert editor.document.lines[:3] == ["a\x0cb = 1", "x = 'p\u2028q'", "y\rz"]  # the buffer keeps them
+        shown = [editor.get_line(row) for row in range(3)]
+        assert [line.plain for line in shown] == ["aLb = 1", "x = 'p\u2424q'", "yMz"]  # one marker per character: columns stay
+        for line, column in zip(shown, (1, 6, 1)):
+            assert any(span.start <= column < span.end and "reverse" in str(span.style) for span in line.spans), line.spans
+        await pilot.pause()
+        assert "aLb = 1" in editor.render_line(0).text and "yMz" in editor.render_line(2).text  # on screen, not dropped

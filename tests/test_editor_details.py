@@ -144,6 +144,7 @@ async def test_the_start_dialog_shows_the_directories(tmp_path, monkeypatch):
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         question = str(app.screen.question)
         assert "src/a.py" in question and "tests/a.py" in question, question
+        assert "in 2 buffers" in question and "(1 line)" in question and "lines)" not in question, question  # not "(1 lines)"
 
 
 async def test_a_tab_whose_pane_is_not_mounted_yet_is_no_active_pane(tmp_path):

@@ -22,7 +22,9 @@ PANE_BINDINGS = [
     Binding("alt+i,f2", "infill", "Infill", id="infill", tooltip="Infill the selection, or fill at the cursor"),
     Binding("alt+r,f4", "rewrite", "Rewrite", id="rewrite"),
     Binding("alt+m,f6", "mark_region", "Mark", id="mark-region"),
-    Binding("alt+a,f7", "fill_marked", "Fill marked", id="fill-marked"),  # not alt+f: terminals send it as ctrl+right
+    # not alt+f: terminals send it as ctrl+right. Not in the footer: Mark is, and with Accept too
+    # an 80-column footer had no room for Quit and Keys.
+    Binding("alt+a,f7", "fill_marked", "Fill marked", id="fill-marked", show=False),
     # Alt+E / Alt+D: E above D on the keyboard, grow / shrink. Alt+L: fiLL body.
     Binding("alt+e", "expand_selection", "Expand", id="expand-selection", show=False),
     Binding("alt+d", "shrink_selection", "Shrink", id="shrink-selection", show=False),

@@ -90,14 +90,14 @@ class EditPreview:
         """Stop a running edit now; the buffer was never touched."""
         if self.phase == RUNNING:
             self.stop()
-            self.pane.notice = "cancelled"
+            self.pane.say_once("cancelled")
             self.pane.set_phase(IDLE)
             self._restore_selection()
 
     def reject(self) -> None:
         if self.phase == PREVIEW:
             self.run = None
-            self.pane.notice = "rejected"
+            self.pane.say_once("rejected")
             self.pane.set_phase(IDLE)
             self._restore_selection()
 
@@ -119,8 +119,7 @@ class EditPreview:
         pane.set_phase(IDLE)  # before the edit, so before_change sees nothing to interrupt
         changes = pane.apply_result(run.text, run.result, run.choice)
         written = sum(len(c.text) for c in changes.changes)
-        pane.notice = f"accepted {written} character{'' if written == 1 else 's'} (undo restores)"
-        pane.announce()
+        pane.say_once(f"accepted {written} character{'' if written == 1 else 's'} (undo restores)")
         return True
 
     def cycle(self, delta: int) -> bool:

@@ -78,7 +78,9 @@ class SharpenApp(App):
     def compose(self) -> ComposeResult:
         yield TabbedContent(id="buffers")
         yield StatusBar()
-        yield Footer()
+        # Without the palette's key (F1 lists it): at 80 columns the footer dropped
+        # Quit and Keys, the two a newcomer looks for, under the palette's right-docked key.
+        yield Footer(show_command_palette=False)
 
     async def on_mount(self) -> None:
         for loaded in self.loaded_themes.values():
@@ -113,6 +115,7 @@ class SharpenApp(App):
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key) and not event.is_forwarded and (pane := self.active_pane()) is not None:
             pane.ghost.key(event.key, self.bound_keys("accept"), event.character)  # any key but Accept's (or typing through) dismisses a ghost (ghost.py)
+            pane.key_pressed()  # a one-time notice ("accepted 12 characters") goes with the next key
         if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded and await self.key_order.take(event):
             return
         await super().on_event(event)

@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 from textual.document._document import Location
 from textual.document._edit import Edit
 from textual.binding import Binding
+from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import TextArea
 from textual.widgets.text_area import Selection
@@ -18,7 +19,7 @@ from textual.widgets.text_area import Selection
 
 from ...core.changes import ChangeSet
 from .buffer_file import BufferFile, language_for
-from .document import LONE_SURROGATE, displayable
+from .document import drawn_line
 from .highlighted_area import HighlightedArea
 from .bindings import inherited_bindings
 from .indent import closing_dedent, dedent_to, indent_type_of, indent_width_of, newline_indent, splits_pair
@@ -36,7 +37,7 @@ def _is_command_key(key: str) -> bool:
 class EditorArea(HighlightedArea, inherit_bindings=False):
     """The buffer's TextArea: syntax highlighting, line numbers, marks, dirty state."""
 
-    COMPONENT_CLASSES = TextArea.COMPONENT_CLASSES | {"editor-area--marked"}
+    COMPONENT_CLASSES = TextArea.COMPONENT_CLASSES | {"editor-area--marked", "editor-area--control"}
 
     DEFAULT_CSS = """
     EditorArea {
@@ -44,6 +45,7 @@ class EditorArea(HighlightedArea, inherit_bindings=False):
         padding: 0;
         &:focus { border: none; }
         & > .editor-area--marked { background: $accent 35%; text-style: underline; }
+        & > .editor-area--control { color: $warning; text-style: reverse; }
     }
     """
 
@@ -307,13 +309,17 @@ class EditorArea(HighlightedArea, inherit_bindings=False):
         self.refresh()
 
     def get_line(self, line_index: int):
-        line = super().get_line(line_index)
-        if LONE_SURROGATE.search(line.plain):
-            # A lone surrogate (typed, or restored from recovery) cannot be drawn nor encoded for
-            # the highlighter: it is shown as U+FFFD, which is three UTF-8 bytes like the surrogate
-            # in the syntax document (document.utf8), so every highlight offset still lands. The
-            # buffer keeps the surrogate; saving refuses it.
-            line.plain = displayable(line.plain)
+        # Not TextArea's own: a Text made from the raw line drops a form feed or a lone CR (invisible,
+        # and every column after it shifted). A lone surrogate (typed, or restored from recovery) is
+        # shown as U+FFFD, three UTF-8 bytes like the surrogate in the syntax document (document.utf8),
+        # and a control as a marker of its own size, so every highlight offset still lands. The
+        # buffer keeps them; saving refuses a surrogate.
+        plain, markers = drawn_line(self.document.get_line(line_index))
+        line = Text(plain, end="", no_wrap=True)
+        if markers:
+            style = self.get_component_rich_style("editor-area--control")
+            for column in markers:
+                line.stylize(style, column, column + 1)
         ranges = self._mark_rows.get(line_index)
         if ranges:
             style = self.get_component_rich_style("editor-area--marked")

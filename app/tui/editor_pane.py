@@ -71,10 +71,31 @@ class EditorPane(Container):
         self.runs = RunBoard(self)  # every model run on this buffer, by id (run_state.py)
         self.edits = EditPreview(self)  # a command's run and its preview (edit_preview.py)
         self.ghost = Ghost(self)  # as-you-type completion (ghost.py)
-        self.notice = ""  # one line about the last run for the status bar
+        self._notice = ""
+        self.fleeting = False  # the notice goes with the next key (say_once)
         self.disk_notice = ""  # the file changed on disk (RecoveryKeeper.watch_files)
         # Expand selection's history: (selection before, selection after) per expansion.
         self.selection_stack: list[tuple[tuple[int, int], tuple[int, int]]] = []
+
+    @property
+    def notice(self) -> str:
+        """One line about the last run for the status bar."""
+        return self._notice
+
+    @notice.setter
+    def notice(self, text: str) -> None:
+        self._notice, self.fleeting = text, False
+
+    def say_once(self, text: str) -> None:
+        """A notice that is news once ("accepted 12 characters"): the next key clears it."""
+        self.notice, self.fleeting = text, True
+        self.announce()
+
+    def key_pressed(self) -> None:
+        """Any key reached the app while this pane is shown (SharpenApp.on_event)."""
+        if self.fleeting:
+            self.notice = ""
+            self.announce()
 
     @property
     def edit_run(self):

@@ -8,8 +8,8 @@
 A pane owns one Ghost. It fires only when nothing else is going on: the model is loaded, no
 run or preview is up in any buffer, nothing is selected, the buffer is editable and has the
 focus, and the rest of the cursor's line is empty or closing characters (mid-word infill is
-noise). The run is an infill at the cursor with the text before and after it, on the same
-worker code as every other run (model_runner.run_job); its frames are drawn
+noise). The run is an infill at the cursor with the text before and after it, a
+run_state.ModelRun on the pane's RunBoard like every other run; its frames are drawn
 faint in the pane's preview layer, so the ghost is never in the buffer or its undo history
 until Tab writes it as one edit.
 """
@@ -237,8 +237,7 @@ class Ghost:
         rest = rest[1:]
         if not rest.strip():  # all of it typed (blanks left are no suggestion): done
             self.dismiss()
-            self.pane.notice = "ghost typed through"
-            self._announce()
+            self.pane.say_once("ghost typed through")
             return True
         run.text, run.spans, run.window = text, (replace(run.spans[0], start=cursor, end=cursor),), self._window(len(text))
         run.result = _rest_of(run.result, text, cursor, rest)
@@ -254,8 +253,8 @@ class Ghost:
         self._hide()
         if self.pane.apply_result(run.text, run.result, 0) is None:  # cannot happen: every edit dismisses the ghost
             return False
-        self.pane.notice = f"ghost accepted: {len(pieces_text(self._final(run)))} characters (undo removes them)"
-        self._announce()
+        written = len(pieces_text(self._final(run)))
+        self.pane.say_once(f"ghost accepted: {written} character{'' if written == 1 else 's'} (undo removes them)")
         return True
 
     @property

@@ -15,7 +15,10 @@ from textual import events
 from textual.geometry import Offset
 from textual.widgets import TextArea
 
-from .document import displayable
+from rich.text import Text
+
+from .document import displayable, drawn_line
+from .highlighted_area import HighlightedArea
 from .preview import KINDS, Layout, Piece, compose, location
 
 
@@ -42,8 +45,10 @@ def window_of(text: str, spans: list[tuple[int, int]], marks: list[tuple[int, in
     return first, text[start:end], spans, marks
 
 
-class PreviewView(TextArea, can_focus=False):
-    """Mirrors its editor's language, theme, wrap and scroll; never takes focus or input."""
+class PreviewView(HighlightedArea, can_focus=False):
+    """Mirrors its editor's language, theme, wrap and scroll; never takes focus or input. Its
+    documents split lines as the editor's do (HighlightedArea), so a form feed or U+2028 in a
+    line keeps the layer's rows on the editor's."""
 
     COMPONENT_CLASSES = TextArea.COMPONENT_CLASSES | {f"preview-view--{kind}" for kind in KINDS}
 
@@ -140,7 +145,7 @@ class PreviewView(TextArea, can_focus=False):
         return max(super().gutter_width, self.gutter_floor)
 
     def get_line(self, line_index: int):
-        line = super().get_line(line_index)
+        line = Text(drawn_line(self.document.get_line(line_index))[0], end="", no_wrap=True)  # as EditorArea draws it
         for start, end, kind in self.layout_shown.styles_for(line_index):
             if start >= len(line.plain):  # a cursor at the end of its line: a blank cell to draw it on
                 line.append(" ")
