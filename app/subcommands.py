@@ -230,7 +230,8 @@ def doctor(argv: list[str]) -> int:
     if info is not None and not info.problem:  # --model itself first: sharpen's backbone, or its weights alone (DiffusionGemma)
         entries.append((info.name, WeightsOnly(info.params) if info.family == "diffusion_gemma" else _backbone_config(info.path)))
     # By hub id (owner/name): the name pastes into `sharpen download` and --model as it is.
-    entries += [(f"{repo} (release)", cfg) for repo, cfg in KNOWN_RELEASES.values()]
+    entries += [(f"{repo} (release)" if repo.endswith("/" + name) else f"{repo} (release: {name})", cfg)
+                for name, (repo, cfg) in KNOWN_RELEASES.items()]
     say(fit_report(entries).rstrip("\n"))
     say("missing:" if missing else "nothing missing")
     out.extend(f"  - {m}" for m in missing)
