@@ -210,9 +210,13 @@ async def test_at_80x24_the_footer_keeps_quit_and_keys_also_while_a_preview_is_u
     async with app.run_test(size=(80, 24)) as pilot:
         pane = app.active_pane()
 
+        def footer_keys() -> dict:
+            return {key.action: key.region for key in app.screen.query(FooterKey)}
+
         async def footer_shows(*actions):
-            await pilot.pause()
-            keys = {key.action: key.region for key in app.screen.query(FooterKey)}
+            # The footer recomposes when the bindings change: wait until its keys are laid out.
+            await wait_for(pilot, lambda: all(footer_keys().get(action, (0, 0, 0, 0))[2] > 0 for action in actions))
+            keys = footer_keys()
             for action in actions:
                 region = keys[action]
                 assert region.right <= 80 and region.width > 0, (action, region)
