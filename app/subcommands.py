@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import signal
 import sys
 from importlib import metadata
 from pathlib import Path
 
 from ..core.errors import ModelError, UsageError
+from . import stop
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,7 +42,19 @@ def serve(argv: list[str]) -> int:
         raise UsageError("sharpen serve needs its web stack: pip install 'sharpen[serve]'") from None
     from .serve.main import serve as run
 
+    if signal.getsignal(signal.SIGINT) is stop.stop_at_once:  # the console script's: a server has nothing to write
+        stop.install(_server_stopped)
     return run(argv)
+
+
+def _server_stopped(signum, frame) -> None:  # noqa: ARG001 (a signal handler's arguments)
+    """Ctrl+C or SIGTERM on `sharpen serve` (while it loads, or re-raised by uvicorn once it has
+    shut down): one line and exit 130, without the editing commands' "nothing was written"."""
+    try:
+        os.write(2, b"sharpen serve: stopped\n")
+    except OSError:
+        pass
+    os._exit(stop.INTERRUPTED_EXIT)
 
 
 def lsp(argv: list[str]) -> int:
@@ -214,7 +229,9 @@ def doctor(argv: list[str]) -> int:
     entries = []
     if info is not None and not info.problem:  # --model itself first: sharpen's backbone, or its weights alone (DiffusionGemma)
         entries.append((info.name, WeightsOnly(info.params) if info.family == "diffusion_gemma" else _backbone_config(info.path)))
-    entries += [(f"{name} (release)", cfg) for name, (_, cfg) in KNOWN_RELEASES.items()]
+    # By hub id (owner/name): the name pastes into `sharpen download` and --model as it is.
+    entries += [(f"{repo} (release)" if repo.endswith("/" + name) else f"{repo} (release: {name})", cfg)
+                for name, (repo, cfg) in KNOWN_RELEASES.items()]
     say(fit_report(entries).rstrip("\n"))
     say("missing:" if missing else "nothing missing")
     out.extend(f"  - {m}" for m in missing)

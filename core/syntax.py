@@ -338,13 +338,17 @@ def body_range(doc: SyntaxDoc, cursor: int) -> tuple[int, int] | None:
     """The body of the function or block at the cursor, as the span "Fill body" masks.
 
     Which one: the definition or block whose header holds the cursor (on the `def` or `for`
-    line); else the innermost function around the cursor; else the innermost block with a
+    line, its indentation included); else the innermost function around the cursor; else the innermost block with a
     body. Python keeps a docstring as context: the span is the statements after it, whole
     lines from the first one's indentation to the end of the last (its line break stays).
     Brace languages mask the lines inside the braces. Plain text: the paragraph.
     """
     if doc.tree is None or doc.language in PROSE:
         return _paragraph(doc.text, cursor)  # prose (Markdown, reST, plain text): the paragraph
+    line_start, line_end = _line(doc.text, cursor)
+    code = doc.text[line_start:line_end].lstrip()
+    if code and not doc.text[line_start:cursor].strip():  # in a line's indentation (column 1: where Go to line puts
+        cursor = line_end - len(code)                     # it): the line's own code, a method's def, not the class around it
     owners = [n for n in _ancestors(_covering(doc, cursor, cursor)) if _body_of(n) is not None]
     header = [n for n in owners if doc.offsets.to_char(_body_of(n).start_byte) > cursor]
     chosen = (header or [n for n in owners if is_function(n)] or owners or [None])[0]

@@ -418,7 +418,7 @@ async def test_a_narrow_status_bar_drops_language_and_position_before_the_run_an
 
 
 async def test_rewrite_share_shows_only_once_changed_and_a_finished_run_says_why_it_ended_early(example, tiny_denoiser):
-    from sharpen.app.tui.editor_pane import finish_note
+    from sharpen.app.tui.edit_preview import finish_note
     from sharpen.app.tui.messages import EditFinished, RunStats
 
     app = make_app([example])

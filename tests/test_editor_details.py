@@ -12,7 +12,7 @@ from sharpen.app.recovery import RecoveryEntry
 from sharpen.app.specs import LineIndex
 from sharpen.app.syntax_specs import syntax_range
 from sharpen.app.tui.confirm_screen import ConfirmScreen
-from sharpen.app.tui.editor_area import indent_width_of
+from sharpen.app.tui.indent import indent_width_of
 from sharpen.app.tui.editor_pane import IDLE, PREVIEW
 from sharpen.app.tui.recovery_actions import shown_path
 from sharpen.app.tui.status_bar import StatusBar
@@ -144,6 +144,7 @@ async def test_the_start_dialog_shows_the_directories(tmp_path, monkeypatch):
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         question = str(app.screen.question)
         assert "src/a.py" in question and "tests/a.py" in question, question
+        assert "in 2 buffers" in question and "(1 line)" in question and "lines)" not in question, question  # not "(1 lines)"
 
 
 async def test_a_tab_whose_pane_is_not_mounted_yet_is_no_active_pane(tmp_path):

@@ -34,7 +34,7 @@ def test_buffer_commands_are_bound_on_the_pane_and_global_ones_on_the_app():
     """Bindings live on the widget that owns the action: Textual's focus chain finds the active buffer."""
     pane_ids = {b.id for b in EditorPane.BINDINGS}
     assert {"infill", "rewrite", "accept", "cancel", "save", "find", "fill-body"} <= pane_ids
-    assert {b.id for b in BINDINGS} == {"open-file", "next-buffer", "previous-buffer", "help", "quit"}
+    assert {b.id for b in BINDINGS} == {"open-file", "close-buffer", "next-buffer", "previous-buffer", "help", "quit"}
     for binding in EditorPane.BINDINGS:
         assert hasattr(EditorPane, "action_" + binding.action.split("(")[0]), binding.id
     assert SharpenApp.__mro__[1].__module__.startswith("textual")  # no mixins between the app and App

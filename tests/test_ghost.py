@@ -17,7 +17,8 @@ from sharpen.app.backend import LocalBackend
 from sharpen.app.cli import build_parser
 from sharpen.app.config import Config, parse_config
 from sharpen.app.tui.editor_pane import IDLE, PREVIEW, RUNNING
-from sharpen.app.tui.ghost import RUNNING as GHOST_RUNNING, SHOWN, fits_cursor, ghost_default, row_of
+from sharpen.app.tui.ghost import RUNNING as GHOST_RUNNING, SHOWN, fits_cursor, ghost_default
+from sharpen.app.tui.preview_view import row_of
 from sharpen.app.tui.messages import ModelLoaded
 from sharpen.app.tui.preview import GHOST, GHOST_CURSOR, MASK_GLYPH
 from sharpen.app.tui.status_bar import run_summary

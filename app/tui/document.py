@@ -42,6 +42,32 @@ def displayable(text: str) -> str:
     return LONE_SURROGATE.sub("\ufffd", text)
 
 
+# What a line may hold that a terminal cannot draw as itself: the C0 controls but tab (Rich drops
+# BEL, BS, VT, FF and CR from a Text, so a form feed or a lone CR was invisible and every column
+# after it shifted one to the left; the others would reach the terminal raw), DEL, and the
+# Unicode line and paragraph separators (kept inside their line, above). Each is drawn as one
+# marker of as many UTF-8 bytes (Textual places highlights by byte offsets in the drawn text):
+# a control as its caret-notation letter (^L's L), styled as a marker by the widget; U+2028 and
+# U+2029 as the symbols for newline and paragraph.
+INVISIBLE = re.compile("[\x00-\x08\x0a-\x1f\x7f\u2028\u2029]")
+MARKERS = {**{chr(c): chr(c + 64) for c in range(32)}, "\x7f": "?", "\u2028": "\u2424", "\u2029": "\u204b"}
+
+
+def drawn_line(line: str) -> tuple[str, list[int]]:
+    """`line` as the screen draws it (displayable, and each invisible character as its marker,
+    one character for one), and the columns of those markers."""
+    line = displayable(line)
+    if INVISIBLE.search(line) is None:
+        return line, []
+    columns = [m.start() for m in INVISIBLE.finditer(line)]
+    return INVISIBLE.sub(lambda m: MARKERS[m.group()], line), columns
+
+
+def cell_width(line: str, tab_width: int) -> int:
+    """The cells `line` takes on screen (its markers one each: Rich counts a control as none)."""
+    return cell_len(drawn_line(line)[0].expandtabs(tab_width))
+
+
 def line_break(text: str, cr_file: bool | None = None) -> re.Pattern:
     """The breaks of `text`; `cr_file` None decides from the text itself (CR, and no LF)."""
     if cr_file is None:
@@ -78,7 +104,7 @@ class StrictDocument(Document):
 
     def get_size(self, tab_width: int) -> Size:
         if self._cell_widths is None or self._cell_widths[0] != tab_width:
-            self._cell_widths = (tab_width, [cell_len(line.expandtabs(tab_width)) for line in self._lines])
+            self._cell_widths = (tab_width, [cell_width(line, tab_width) for line in self._lines])
             self._widest = None
         if self._widest is None:
             self._widest = max(self._cell_widths[1], default=0)
@@ -107,7 +133,7 @@ class StrictDocument(Document):
         if self._cell_widths is not None:  # only the rows the edit touched are measured again
             tab_width, widths = self._cell_widths
             removed = max(widths[top_row:bottom_row + 1], default=0)
-            added = [cell_len(line.expandtabs(tab_width)) for line in insert_lines]
+            added = [cell_width(line, tab_width) for line in insert_lines]
             widths[top_row:bottom_row + 1] = added
             if self._widest is not None:  # the widest line is measured again only when it shrank
                 widest = max(added, default=0)

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from textual import actions, events
 from textual.app import App, ComposeResult
-from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.theme import BUILTIN_THEMES, Theme
 from textual.widgets import Footer, TabbedContent, TabPane, TextArea
@@ -25,38 +24,23 @@ from ...core.errors import SharpenError, UsageError
 from ...core.syntax import telltale_language
 from ..config import Config
 from . import file_actions
+from .bindings import ALL_BINDINGS, APP_BINDINGS as BINDINGS, bound_keys, keymap_problems  # noqa: F401 (ALL_BINDINGS: tests read it here)
 from .buffer_file import BufferFile, language_for
 from .palette import EXTRA_KEYS, PALETTE, PaletteProvider, key_label
-from .confirm_screen import ConfirmScreen
 from .editor_area import EditorArea
-from .editor_pane import IDLE, PREVIEW, RUNNING, EditorPane
+from .editor_pane import IDLE, EditorPane
 from .help_screen import HelpScreen
 from .key_order import KeyOrder
 from .messages import ModelFailed, ModelLoaded
 from .model_runner import load_model
-from .prompt_screen import PromptScreen
 from ..recovery import absolute
 from .recovery_actions import RecoveryKeeper
 from .session import Session
-from .status_bar import StatusBar
+from .status_bar import StatusBar, run_line
 from .themes import LoadedTheme, syntax_theme_for
 
 log = logging.getLogger(__name__)
 
-# The app's own keys; a buffer's commands are bound on EditorPane. Each binding has an id:
-# the config's [keymap] rebinds by id (docs/editor.md).
-BINDINGS = [
-    Binding("alt+o", "open_file", "Open", id="open-file", show=False),
-    Binding("alt+right,ctrl+pagedown", "switch_buffer(1)", "Next tab", id="next-buffer", show=False),
-    Binding("alt+left,ctrl+pageup", "switch_buffer(-1)", "Previous tab", id="previous-buffer", show=False),
-    Binding("f1", "help", "Keys", id="help"),
-    Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
-]
-ALL_BINDINGS = [*EditorPane.BINDINGS, *BINDINGS]  # every binding id a keymap may name
-
-
-def rate_label(tokens_per_second: float) -> str:
-    return f"{tokens_per_second:.1f} tok/s" if tokens_per_second < 10 else f"{tokens_per_second:.0f} tok/s"
 
 
 class SharpenApp(App):
@@ -95,7 +79,9 @@ class SharpenApp(App):
     def compose(self) -> ComposeResult:
         yield TabbedContent(id="buffers")
         yield StatusBar()
-        yield Footer()
+        # Without the palette's key (F1 lists it): at 80 columns the footer dropped
+        # Quit and Keys, the two a newcomer looks for, under the palette's right-docked key.
+        yield Footer(show_command_palette=False)
 
     async def on_mount(self) -> None:
         for loaded in self.loaded_themes.values():
@@ -122,17 +108,15 @@ class SharpenApp(App):
         # Crashed editors' work on no file opened now (untitled buffers, other files): one list to restore.
         self.recovery.offer_the_rest(set(unique))
         self.status.strength = self.session.strength
-        self._warn_about_shared_keys()
-        unknown = sorted(set(self.config.keymap) - {b.id for b in ALL_BINDINGS})
-        if unknown:
-            known = ", ".join(sorted(b.id for b in ALL_BINDINGS))
-            self.notify(f"[keymap] has no binding {unknown[0]!r}; known ids: {known}", title="Config", severity="warning", timeout=15)
+        for problem in keymap_problems(self.config.keymap, self._keymap):
+            self.notify(problem, title="Keymap", severity="warning", timeout=15)
         if self.load_model_on_start:
             self.call_after_refresh(self.start_model_loading)
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key) and not event.is_forwarded and (pane := self.active_pane()) is not None:
             pane.ghost.key(event.key, self.bound_keys("accept"), event.character)  # any key but Accept's (or typing through) dismisses a ghost (ghost.py)
+            pane.key_pressed()  # a one-time notice ("accepted 12 characters") goes with the next key
         if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded and await self.key_order.take(event):
             return
         await super().on_event(event)
@@ -168,6 +152,17 @@ class SharpenApp(App):
         if offer:
             self.recovery.opened(pane)
         return pane
+
+    async def remove_buffer(self, pane: EditorPane) -> None:
+        """Close `pane`'s tab (file_actions.close_buffer asked first); the last one leaves an untitled buffer."""
+        if self.session.queued is not None and self.session.queued[0] is pane:
+            self.session.queued = None  # its queued model command goes with it
+        await self.query_one(TabbedContent).remove_pane(pane.id.replace("buffer-", "tab-"))
+        if not self.panes():
+            await self.add_buffer(BufferFile(None), offer=False)
+        elif (active := self.active_pane()) is not None:
+            active.editor.focus()
+        self.update_status()
 
     def panes(self) -> list[EditorPane]:
         return list(self.query(EditorPane))
@@ -267,54 +262,20 @@ class SharpenApp(App):
     # -- files and quitting ---------------------------------------------------------
 
     def action_open_file(self) -> None:
-        def chosen(answer: str | None) -> None:
-            if answer:
-                self.open_path(Path(answer).expanduser())
-
-        self.push_screen(PromptScreen("Open file:", placeholder="path/to/file"), chosen)
+        file_actions.open_file(self)
 
     def open_path(self, path: Path) -> None:
-        open_here = next((p for p in self.panes() if p.editor.buffer.path is not None and absolute(p.editor.buffer.path) == absolute(path)), None)
-        if open_here is not None:  # one buffer per file: two would each save over the other's work
-            self.query_one(TabbedContent).active = open_here.id.replace("buffer-", "tab-")
-            open_here.editor.focus()
-            self.notify(f"{open_here.editor.buffer.name} is already open: switched to its tab", timeout=3)
-            return
-        try:
-            buffer = BufferFile.open(path)
-        except SharpenError as exc:
-            self.notify(str(exc), title="Cannot open", severity="error")
-            return
-        self.call_later(self.add_buffer, buffer)  # add_buffer offers a recovery entry, if any
+        file_actions.open_path(self, path)
+
+    def action_close_buffer(self) -> None:
+        file_actions.close_buffer(self)
 
     async def action_quit(self) -> None:
-        dirty = [pane for pane in self.panes() if pane.editor.unsaved]
-        if not dirty:
-            self.recovery.recovery_discard_all()  # a clean quit: nothing left to recover
-            self.exit()
-            return
-        names = ", ".join(pane.editor.buffer.name for pane in dirty)
-        question = f"Unsaved changes in {names}. Save before quitting?"
-        choices = [("save", "Save and quit", "primary"), ("discard", "Quit without saving", "error"), ("cancel", "Cancel", "default")]
-
-        def answered(answer: str) -> None:
-            if answer == "discard":
-                self.recovery.recovery_discard_all()  # the user chose to drop the changes
-                self.exit()
-            elif answer == "save":
-                untitled = [pane for pane in dirty if pane.editor.buffer.path is None]
-                if untitled:
-                    self.notify("an untitled buffer needs Save as first", severity="warning")
-                    return
-                if all(file_actions.write(pane) for pane in dirty):
-                    # Each save posts Saved, whose handler discards the buffer's recovery: the app
-                    # exits before handling it, so drop this start's entries here (as a clean quit does).
-                    self.recovery.recovery_discard_all()
-                    self.exit()
-
-        self.push_screen(ConfirmScreen(question, choices), answered)
+        file_actions.quit(self)
 
     def on_editor_pane_saved(self, message: EditorPane.Saved) -> None:
+        if not message.pane.is_attached:  # saved, then closed (Close tab: Save and close)
+            return
         message.pane.disk_notice = ""  # the file now holds the buffer (an Overwrite included): nothing changed on disk
         self.recovery.recovery_saved(message.pane, message.old_path)
         self.refresh_tab_label(message.pane)
@@ -366,17 +327,6 @@ class SharpenApp(App):
             editor.selection = selection
             self.update_status()
 
-    def _warn_about_shared_keys(self) -> None:
-        """A keymap that gives one key to two commands: say which, once, at start."""
-        owners: dict[str, list[str]] = {}
-        for binding in ALL_BINDINGS:
-            for key in (self._keymap.get(binding.id) or binding.key).split(","):
-                owners.setdefault(key.strip(), []).append(binding.id)
-        shared = {key: ids for key, ids in owners.items() if key and len(set(ids)) > 1}
-        if shared:
-            listed = "; ".join(f"{key_label(key)}: {', '.join(ids)}" for key, ids in sorted(shared.items()))
-            self.notify(f"one key, two commands ({listed}); only one of them will run", title="Keymap", severity="warning", timeout=15)
-
     def get_system_commands(self, screen):
         # The palette lists sharpen's own Quit (which asks about unsaved work) and Keys (its
         # keys as bound): Textual's entries of the same names would list them twice.
@@ -400,8 +350,7 @@ class SharpenApp(App):
 
     def bound_keys(self, binding_id: str) -> list[str]:
         """The keys bound to `binding_id` now (the keymap's, else the declared ones), as Textual names them."""
-        keys = self._keymap.get(binding_id) or next((b.key for b in ALL_BINDINGS if b.id == binding_id), "")
-        return [key.strip() for key in keys.split(",") if key.strip()]
+        return bound_keys(self._keymap, binding_id)
 
     def keys_for(self, binding_id: str) -> str:
         return ", ".join(key_label(key) for key in self.bound_keys(binding_id))
@@ -437,26 +386,7 @@ class SharpenApp(App):
         # The rewrite share is news only once it differs from the configured one (Alt+Up/Down).
         status.show_strength = not editor.selection.is_empty and self.session.strength != self.config.editing.strength
         status.strength = self.session.strength
-        stats = pane.edit_run.stats if pane.edit_run is not None else None
-        first_key = lambda binding_id: self.keys_for(binding_id).split(", ")[0]  # noqa: E731
-        if pane.phase == RUNNING:
-            rate = f" · {rate_label(stats.tokens_per_second)}" if stats and stats.step > 0 else ""  # no rate before a step ran
-            progress = f"step {stats.step}/{stats.total_steps}{rate}" if stats else "starting…"
-            status.run = f"{progress} · {first_key('cancel')} cancels"
-        elif pane.phase == PREVIEW:
-            run = pane.edit_run
-            alternatives = ""
-            if run.alternatives > 1:
-                keys = "/".join(self.keys_for(i).split(", ")[-1] for i in ("next-alternative", "previous-alternative"))
-                alternatives = f" · {keys}: alternative {run.choice + 1}/{run.alternatives}"
-            candidates = getattr(run.result, "candidates", ()) or ()
-            if run.choice < len(candidates):  # syntax-ranked candidates: say why this one is where it is
-                candidate = candidates[run.choice]
-                verdict = "parses" if candidate.new_errors == 0 else ("not checked" if candidate.new_errors is None else "breaks the parse")
-                alternatives += f" · {verdict} · {sum(candidate.lengths)} slots"
-            status.run = f"{first_key('accept')} accepts · {first_key('cancel')} rejects{alternatives} · {pane.notice}"
-        else:
-            status.run = ""
+        status.run = run_line(pane, self.keys_for)
 
 
 def run_editor(files: list[Path], config: Config, config_path: Path | None = None) -> int:

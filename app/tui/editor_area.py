@@ -6,48 +6,23 @@ joined with '\\n' (what the engine sees), whatever the file's line endings are.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable, Sequence
 
 from textual.document._document import Location
 from textual.document._edit import Edit
 from textual.binding import Binding
-from textual.geometry import Offset
+from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import TextArea
 from textual.widgets.text_area import Selection
 
-from textual.document._document_navigator import DocumentNavigator
-from textual._tree_sitter import TREE_SITTER, get_language
-from textual.document._syntax_aware_document import SyntaxAwareDocumentError
 
 from ...core.changes import ChangeSet
 from .buffer_file import BufferFile, language_for
-from .document import LONE_SURROGATE, MeasuredWrappedDocument, StrictDocument, StrictSyntaxDocument, displayable, utf8
-from .indent import KindAt, closing_dedent, dedent_to, newline_indent, splits_pair
-
-
-def indent_type_of(text: str) -> str:
-    """Tabs when more lines are indented with a tab than with spaces (Makefiles, Go)."""
-    lines = text.splitlines()
-    tabs = sum(line.startswith("\t") for line in lines)
-    return "tabs" if tabs > sum(line.startswith(" ") for line in lines) else "spaces"
-
-
-def indent_width_of(text: str, default: int = 4) -> int:
-    """The indent unit of a space-indented text: the commonest step by which a line's indentation
-    grows over the line before it (2 in most JavaScript, 4 in Python); `default` when none."""
-    steps: dict[int, int] = {}
-    previous = 0
-    for line in text.splitlines()[:5000]:  # enough lines to decide, bounded on huge files
-        if not line.strip() or line.startswith("\t"):
-            continue
-        indent = len(line) - len(line.lstrip(" "))
-        if indent > previous:
-            steps[indent - previous] = steps.get(indent - previous, 0) + 1
-        previous = indent
-    found = [step for step in steps if 2 <= step <= 8]
-    return max(found, key=lambda step: (steps[step], -step)) if found else default
+from .document import drawn_line
+from .highlighted_area import HighlightedArea
+from .bindings import inherited_bindings
+from .indent import closing_dedent, dedent_to, indent_type_of, indent_width_of, newline_indent, splits_pair
 
 
 def pasted_text(text: str) -> str:
@@ -55,26 +30,14 @@ def pasted_text(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def inherited_bindings(widget: type, without: tuple[str, ...]) -> list[Binding]:
-    """Every binding `widget` has from its classes (as Textual merges them: a subclass's key wins),
-    less the keys in `without`."""
-    by_key: dict[str, Binding] = {}
-    for cls in reversed(widget.__mro__):
-        for binding in cls.__dict__.get("BINDINGS", ()):
-            binding = binding if isinstance(binding, Binding) else Binding(*binding)
-            for key in binding.key.split(","):
-                by_key[key.strip()] = replace(binding, key=key.strip())
-    return [binding for key, binding in by_key.items() if key not in without]
-
-
 def _is_command_key(key: str) -> bool:
     return key.startswith(("alt+", "ctrl+", "super+"))
 
 
-class EditorArea(TextArea, inherit_bindings=False):
+class EditorArea(HighlightedArea, inherit_bindings=False):
     """The buffer's TextArea: syntax highlighting, line numbers, marks, dirty state."""
 
-    COMPONENT_CLASSES = TextArea.COMPONENT_CLASSES | {"editor-area--marked"}
+    COMPONENT_CLASSES = TextArea.COMPONENT_CLASSES | {"editor-area--marked", "editor-area--control"}
 
     DEFAULT_CSS = """
     EditorArea {
@@ -82,6 +45,7 @@ class EditorArea(TextArea, inherit_bindings=False):
         padding: 0;
         &:focus { border: none; }
         & > .editor-area--marked { background: $accent 35%; text-style: underline; }
+        & > .editor-area--control { color: $warning; text-style: reverse; }
     }
     """
 
@@ -127,85 +91,6 @@ class EditorArea(TextArea, inherit_bindings=False):
         # Called before a typed character goes in: a finished preview steps aside first (the pane).
         self.before_typing: Callable[[], None] | None = None
         self.yield_tab = False  # while a run or preview is up, Tab means Accept (an app binding)
-
-    # Highlighting covers the rows on screen and one screen on each side. Textual's TextArea
-    # queries the whole syntax tree on every edit, which made a keystroke in a 50,000-line file
-    # cost seconds (docs/editor.md); the query's cost follows the rows it covers, so a window
-    # of a few screens costs the same in any file longer than it. Scrolling near the window's
-    # edge queries around the new view (about a millisecond).
-    _highlight_window: tuple[int, int] = (0, 0)
-
-    def _highlight_margin(self) -> int:
-        return max(self.size.height, 40)
-
-    def _view_lines(self) -> tuple[int, int]:
-        """The buffer lines [top, bottom) the view shows. With soft wrap a line takes several rows:
-        rows taken for lines put the window past the end of a long wrapped file (a crash)."""
-        top_row = int(self.scroll_y)
-        if not self.soft_wrap:
-            return top_row, top_row + self.size.height
-        wrapped = self.wrapped_document
-        return wrapped.offset_to_location(Offset(0, top_row))[0], wrapped.offset_to_location(Offset(0, top_row + self.size.height))[0] + 1
-
-    def _build_highlight_map(self) -> None:
-        if not self._highlight_query:
-            return super()._build_highlight_map()
-        self._line_cache.clear()
-        highlights = self._highlights
-        highlights.clear()
-        (top, bottom), margin = self._view_lines(), self._highlight_margin()
-        first = max(0, top - margin)
-        last = min(self.document.line_count, bottom + margin)
-        self._highlight_window = (first, last)
-        captures = self.document.query_syntax_tree(self._highlight_query, (first, 0), (last, 0))
-        for name, nodes in captures.items():
-            for node in nodes:
-                (start_row, start_column), (end_row, end_column) = node.start_point, node.end_point
-                if start_row == end_row:
-                    highlights[start_row].append((start_column, end_column, name))
-                    continue
-                highlights[start_row].append((start_column, None, name))
-                for row in range(max(start_row + 1, first), min(end_row, last)):  # only rows in the window
-                    highlights[row].append((0, None, name))
-                highlights[end_row].append((0, end_column, name))
-
-    def _follow_scroll_with_highlights(self) -> None:
-        """Scrolled near the edge of the highlighted window: highlight around the new view."""
-        if not self._highlight_query:
-            return
-        first, last = self._highlight_window
-        top, bottom = self._view_lines()
-        near = self._highlight_margin() // 2
-        if (top < first + near and first > 0) or (bottom > last - near and last < self.document.line_count):
-            self._build_highlight_map()
-            self.refresh()
-
-    def on_mount(self) -> None:
-        self.watch(self, "scroll_y", self._follow_scroll_with_highlights, init=False)
-
-    def _set_document(self, text: str, language: str | None) -> None:
-        # The editor's documents split lines at real line breaks only (document.py). Textual's
-        # own is never built for a language (it would parse the whole file a second time): the
-        # language and its highlight query are resolved as Textual resolves them.
-        self._highlight_query = None
-        document = StrictDocument(text)
-        if language and TREE_SITTER:
-            registered = self._languages.get(language)
-            tree_language = (registered.language if registered else None) or get_language(language)
-            query = registered.highlight_query if registered else self._get_builtin_highlight_query(language)
-            if tree_language is not None:
-                try:
-                    document = StrictSyntaxDocument(text, tree_language)
-                    self._highlight_query = document.prepare_query(query)
-                except SyntaxAwareDocumentError:
-                    document = StrictDocument(text)
-        # The rest is Textual's own _set_document (textual/widgets/_text_area.py), done once.
-        self.document = document
-        self.wrapped_document = MeasuredWrappedDocument(document, tab_width=self.indent_width)
-        self.navigator = DocumentNavigator(self.wrapped_document)
-        self._build_highlight_map()
-        self.move_cursor((0, 0))
-        self._rewrap_and_refresh_virtual_size()
 
     # -- text and offsets ---------------------------------------------------------------
 
@@ -293,31 +178,6 @@ class EditorArea(TextArea, inherit_bindings=False):
             self.move_cursor((row + 1, len(indent)))
             return
         self._replace_via_keyboard("\n" + indent, top, bottom)
-
-    def character_kinds(self, row: int) -> KindAt | None:
-        """What each character of line `row` is, from the syntax tree: "comment" or "string" when
-        it sits in a node of that kind (the grammars name them so: comment, line_comment,
-        string_content, raw_string_literal, char_literal, ...), "code" otherwise. None without a
-        tree (no grammar for the language)."""
-        tree = getattr(self.document, "_syntax_tree", None)
-        if tree is None:
-            return None
-        line = self.document.lines[row]
-        root = tree.root_node
-
-        def kind(column: int) -> str:
-            byte = len(utf8(line[:column]))
-            node = root.descendant_for_point_range((row, byte), (row, byte + 1))
-            while node is not None and node != root:
-                name = node.type
-                if "comment" in name:
-                    return "comment"
-                if "string" in name or name in ("char_literal", "rune_literal", "character_literal"):
-                    return "string"
-                node = node.parent
-            return "code"
-
-        return kind
 
     def action_cursor_document_start(self, select: bool = False) -> None:
         self.move_cursor((0, 0), select=select)
@@ -449,13 +309,17 @@ class EditorArea(TextArea, inherit_bindings=False):
         self.refresh()
 
     def get_line(self, line_index: int):
-        line = super().get_line(line_index)
-        if LONE_SURROGATE.search(line.plain):
-            # A lone surrogate (typed, or restored from recovery) cannot be drawn nor encoded for
-            # the highlighter: it is shown as U+FFFD, which is three UTF-8 bytes like the surrogate
-            # in the syntax document (document.utf8), so every highlight offset still lands. The
-            # buffer keeps the surrogate; saving refuses it.
-            line.plain = displayable(line.plain)
+        # Not TextArea's own: a Text made from the raw line drops a form feed or a lone CR (invisible,
+        # and every column after it shifted). A lone surrogate (typed, or restored from recovery) is
+        # shown as U+FFFD, three UTF-8 bytes like the surrogate in the syntax document (document.utf8),
+        # and a control as a marker of its own size, so every highlight offset still lands. The
+        # buffer keeps them; saving refuses a surrogate.
+        plain, markers = drawn_line(self.document.get_line(line_index))
+        line = Text(plain, end="", no_wrap=True)
+        if markers:
+            style = self.get_component_rich_style("editor-area--control")
+            for column in markers:
+                line.stylize(style, column, column + 1)
         ranges = self._mark_rows.get(line_index)
         if ranges:
             style = self.get_component_rich_style("editor-area--marked")

@@ -1,82 +1,36 @@
-"""EditorPane: one buffer's editor, its preview layer, and the life of an edit run on it.
-
-    idle --start--> running --frame--> running --done--> preview --Tab--> idle (one undo step)
-                       |                                    |
-                       +--Esc / typing--> idle              +--Esc / typing--> idle (buffer untouched)
-
-The run works on a snapshot of the buffer; any change to the buffer stops it first (see
-EditorArea.before_change), so the snapshot's offsets stay valid until Accept applies them.
+"""EditorPane: one buffer's editor, its preview layer, and the commands on it.
 
 The pane owns the commands on its buffer and their key bindings (model runs, marks, syntax
 selections, save, find): Textual finds them through the focus chain from the buffer's editor,
 and the app keeps only the global ones (tabs, open, help, quit).
+
+Model runs on the buffer: a command's run and its preview (edit_preview.EditPreview, whose
+state is the pane's `phase`), the as-you-type ghost (ghost.Ghost); both are run_state.ModelRuns
+on the pane's RunBoard, which the worker's messages reach through the pane.
 """
 from __future__ import annotations
-
-import itertools
-import threading
-import time
-from dataclasses import dataclass, field
-from functools import partial
 
 from pathlib import Path
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Container
 from textual.message import Message
 from textual.reactive import reactive
 
 from ...core.spans import Span
-from . import file_actions, syntax_actions
+from . import file_actions, search_actions, syntax_actions
+from .bindings import PANE_BINDINGS
 from .buffer_file import BufferFile
+from .edit_preview import IDLE, PREVIEW, RUNNING, EditPreview
 from .editor_area import EditorArea
-from .ghost import Ghost, row_of, window_of
-from .messages import EditCancelled, EditFailed, EditFinished, EditProgress, RunStats
-from .model_runner import EditJob, run_job
-from .preview import EMPTY_GLYPH, FINAL, MASKED, Piece, compose, location, pieces_text
+from .ghost import Ghost
+from .messages import EditCancelled, EditFailed, EditFinished, EditProgress
+from .preview import Piece
 from .preview_view import PreviewView
 from .prompt_screen import PromptScreen
+from .run_state import RunBoard
 from .session import Session
-from .status_bar import StatusBar, run_summary
-
-IDLE, RUNNING, PREVIEW = "idle", "running", "preview"
-_run_ids = itertools.count(1)
-
-
-@dataclass
-class Run:
-    id: int
-    text: str  # the buffer when the run started
-    spans: tuple[Span, ...]  # sorted, in offsets of `text`
-    stop: threading.Event
-    stats: RunStats | None = None
-    result: object = None  # core.engine.EditResult once done
-    final_pieces: list[list[Piece]] | None = None
-    choice: int = 0  # which alternative the preview shows
-    started: float = field(default_factory=time.perf_counter)  # its wall time runs from here
-    paced: bool = False  # steps held on screen (Editor.first_run_step_ms / min_step_ms)
-
-    @property
-    def alternatives(self) -> int:
-        return len(self.result.samples) if self.result is not None else 0
-
-
-def finish_note(message: EditFinished, result) -> str:
-    """Why a run's counts are what they are: it ended before its planned steps (confident tokens
-    commit together), and slots the model closed with padding were trimmed from the text; and
-    what the model did not see: a file longer than the context budget is read only around the
-    spans, which explains an answer that ignores a definition far away."""
-    notes = []
-    if result.context_cut:  # a narrow status bar may cut it off: a buffer's first such run also says it in a toast
-        notes.append(f"read {result.prompt_tokens} tokens around it" if result.prompt_tokens else "read only the text around it")
-    planned = message.stats.total_steps
-    if 0 < result.steps < planned:
-        notes.append(f"done before the {planned} planned")
-    slots = message.stats.masked + message.stats.tokens
-    if slots > result.tokens:
-        notes.append(f"{slots - result.tokens} empty slots trimmed")
-    return f"; {', '.join(notes)}" if notes else ""
+from .status_bar import StatusBar
 
 
 class EditorPane(Container):
@@ -91,37 +45,7 @@ class EditorPane(Container):
     }
     """
 
-    # Keys chosen to reach the editor through plain terminals and tmux: no ctrl+shift, no
-    # ctrl+space, and no Alt+punctuation (Textual reads ESC = as "≠" and ESC . as "."; ESC f is
-    # ctrl+right). Each binding has an id: the config's [keymap] rebinds by id (docs/editor.md).
-    BINDINGS = [
-        # Each model command also has an F-key: complete escape sequences, so a held or repeated
-        # key never reaches the buffer (Alt chords need EditorArea's guard: docs/textual-upstream-keys.md).
-        Binding("alt+i,f2", "infill", "Infill", id="infill", tooltip="Infill the selection, or fill at the cursor"),
-        Binding("alt+r,f4", "rewrite", "Rewrite", id="rewrite"),
-        Binding("alt+m,f6", "mark_region", "Mark", id="mark-region"),
-        Binding("alt+a,f7", "fill_marked", "Fill marked", id="fill-marked"),  # not alt+f: terminals send it as ctrl+right
-        # Alt+E / Alt+D: E above D on the keyboard, grow / shrink. Alt+L: fiLL body.
-        Binding("alt+e", "expand_selection", "Expand", id="expand-selection", show=False),
-        Binding("alt+d", "shrink_selection", "Shrink", id="shrink-selection", show=False),
-        Binding("alt+l,f8", "fill_body", "Fill body", id="fill-body", show=False),
-        Binding("alt+c", "clear_marks", "Clear marks", id="clear-marks", show=False),
-        # Priority: while a run or preview is up these are the preview's, before the TextArea's own.
-        Binding("tab", "accept", "Accept", id="accept", priority=True),
-        Binding("escape", "cancel_or_reject", "Cancel/Reject", id="cancel", priority=True, show=False),
-        # Alt+] / Alt+[ need a terminal that reports them unambiguously (kitty protocol); in tmux
-        # they arrive as ESC ] / ESC [, so Alt+N / Alt+P do the same everywhere.
-        Binding("alt+right_square_bracket,alt+n", "cycle(1)", "Next alt.", id="next-alternative", priority=True, show=False),
-        Binding("alt+left_square_bracket,alt+p", "cycle(-1)", "Prev alt.", id="previous-alternative", priority=True, show=False),
-        Binding("alt+up", "strength(0.1)", "Stronger", id="rewrite-stronger", show=False),
-        Binding("alt+down", "strength(-0.1)", "Weaker", id="rewrite-weaker", show=False),
-        Binding("ctrl+s", "save", "Save", id="save"),
-        Binding("alt+s", "save_as", "Save as", id="save-as", show=False),
-        Binding("ctrl+f", "find", "Find", id="find", show=False),
-        Binding("f3", "find_next", "Find next", id="find-next", show=False),
-        Binding("ctrl+g", "goto_line", "Go to line", id="goto-line", show=False),
-        Binding("alt+z", "toggle_wrap", "Soft wrap", id="soft-wrap", show=False),
-    ]
+    BINDINGS = PANE_BINDINGS  # bindings.py: every key of the editor in one declaration
 
     phase: reactive[str] = reactive(IDLE)
 
@@ -144,17 +68,39 @@ class EditorPane(Container):
         self.session = session
         self.editor = EditorArea(buffer, soft_wrap=soft_wrap)
         self.preview = PreviewView()
-        self.edit_run: Run | None = None
+        self.runs = RunBoard(self)  # every model run on this buffer, by id (run_state.py)
+        self.edits = EditPreview(self)  # a command's run and its preview (edit_preview.py)
         self.ghost = Ghost(self)  # as-you-type completion (ghost.py)
-        self._overlay_y0 = 0  # the editor's view row where the preview layer's first line sits (show_overlay's window)
-        self._pending_frame: EditProgress | None = None
-        self._frames_shown = 0  # of the current run: the first one loads the whole preview text
-        self.notice = ""  # one line about the last run for the status bar
+        self._notice = ""
+        self.fleeting = False  # the notice goes with the next key (say_once)
         self.disk_notice = ""  # the file changed on disk (RecoveryKeeper.watch_files)
-        self.selection_before_run = None  # where a run that selected for itself (Fill body) found the cursor
-        self.told_context_cut = False  # the toast that the model reads only part of a long file: once per buffer
         # Expand selection's history: (selection before, selection after) per expansion.
         self.selection_stack: list[tuple[tuple[int, int], tuple[int, int]]] = []
+
+    @property
+    def notice(self) -> str:
+        """One line about the last run for the status bar."""
+        return self._notice
+
+    @notice.setter
+    def notice(self, text: str) -> None:
+        self._notice, self.fleeting = text, False
+
+    def say_once(self, text: str) -> None:
+        """A notice that is news once ("accepted 12 characters"): the next key clears it."""
+        self.notice, self.fleeting = text, True
+        self.announce()
+
+    def key_pressed(self) -> None:
+        """Any key reached the app while this pane is shown (SharpenApp.on_event)."""
+        if self.fleeting:
+            self.notice = ""
+            self.announce()
+
+    @property
+    def edit_run(self):
+        """The command run shown (running or previewed), a run_state.ModelRun; None when idle."""
+        return self.edits.run
 
     def compose(self) -> ComposeResult:
         yield self.editor
@@ -188,7 +134,7 @@ class EditorPane(Container):
     def on_unmount(self) -> None:
         # Thread workers cannot be killed, and Python waits for them at exit: stop the run
         # between two steps so quitting during a long run does not wait for its end.
-        self._stop_run()
+        self.runs.stop_all()
         self.ghost.dismiss()
 
     def reload(self, buffer: BufferFile) -> None:
@@ -211,7 +157,7 @@ class EditorPane(Container):
         if self._ready("infill"):
             start, end = self.editor.selected_offsets()
             budget = self.session.config.editing.infill_tokens if start == end else None  # a selection sizes its own slots
-            self.start([Span(start, end, "infill", max_tokens=budget)])
+            self.edits.start([Span(start, end, "infill", max_tokens=budget)])
 
     def action_rewrite(self) -> None:
         start, end = self.editor.selected_offsets()
@@ -222,12 +168,12 @@ class EditorPane(Container):
             return
         strength = self.session.strength
         if not self.session.backend.describe().instruct:
-            self.start([Span(start, end, "rewrite", strength=strength)])
+            self.edits.start([Span(start, end, "rewrite", strength=strength)])
             return
 
         def with_instruction(answer: str | None) -> None:
             if answer is not None:
-                self.start([Span(start, end, "rewrite", strength=strength, instruction=answer.strip() or None)])
+                self.edits.start([Span(start, end, "rewrite", strength=strength, instruction=answer.strip() or None)])
 
         self.app.push_screen(PromptScreen("Rewrite instruction (empty: none):", placeholder="e.g. make it iterative"), with_instruction)
 
@@ -238,17 +184,17 @@ class EditorPane(Container):
             self.notify(why_not, severity="warning", timeout=3)
             return
         editor.move_cursor(editor.selection.end)  # drop the selection so the mark's colour shows
-        self._announce()
+        self.announce()
 
     def action_clear_marks(self) -> None:
         self.editor.clear_marks()
-        self._announce()
+        self.announce()
 
     def action_fill_marked(self) -> None:
         if not self.editor.marks:
             self.notify(f"mark regions first ({self.app.keys_for('mark-region')} adds the selection)", severity="warning", timeout=3)
         elif self._ready("fill_marked"):
-            self.start([Span(s, e, "infill") for s, e in self.editor.marks])
+            self.edits.start([Span(s, e, "infill") for s, e in self.editor.marks])
 
     def action_fill_body(self) -> None:
         span = syntax_actions.body_at_cursor(self)
@@ -259,10 +205,10 @@ class EditorPane(Container):
         self.selection_stack.clear()
         self.editor.select_offsets(start, end)  # shows what is masked once the preview closes
         budget = self.session.config.editing.infill_tokens if start == end else None
-        self.start([Span(start, end, "infill", max_tokens=budget)])
+        self.edits.start([Span(start, end, "infill", max_tokens=budget)])
         # The body's selection is the command's, not the person's: a reject or cancel puts the
         # cursor back where it was (inside the function, so a second Fill body finds it again).
-        self.selection_before_run = before
+        self.edits.selection_before_run = before
 
     def action_expand_selection(self) -> None:
         syntax_actions.expand_selection(self)
@@ -278,36 +224,36 @@ class EditorPane(Container):
         elif self.phase == RUNNING:
             self.notify("still running: Tab accepts once it is done, Esc cancels", timeout=2)
         else:
-            self.accept()
+            self.edits.accept()
 
     def action_reject(self) -> None:
-        self.reject()
+        self.edits.reject()
 
     def action_cancel(self) -> None:
-        self.cancel()
+        self.edits.cancel()
 
     def action_cancel_or_reject(self) -> None:
         if self.session.queued is not None and self.session.queued[0] is self:
             self.session.queued = None
             self.notify("cancelled: it will not run when the model is ready", timeout=2)
         elif self.phase == RUNNING:
-            self.cancel()
+            self.edits.cancel()
         elif self.phase == PREVIEW:
-            self.reject()
+            self.edits.reject()
         elif self.ghost.dismiss():
             pass  # Esc over a ghost only dismisses it
         else:
             self.editor.move_cursor(self.editor.selection.end)  # idle: Esc just drops the selection
 
     def action_cycle(self, delta: int) -> None:
-        if not self.cycle(delta):
+        if not self.edits.cycle(delta):
             self.notify("one alternative only (set samples > 1 in the config)", timeout=2)
 
     def action_strength(self, delta: float) -> None:
         session = self.session
         session.strength = round(min(1.0, max(0.1, session.strength + delta)), 2)
         self.notify(f"Rewrite re-noises {session.strength:.0%} of the selection", timeout=1.5)
-        self._announce()
+        self.announce()
 
     def action_save(self) -> None:
         file_actions.save(self)
@@ -316,13 +262,19 @@ class EditorPane(Container):
         file_actions.save_as(self)
 
     def action_find(self) -> None:
-        file_actions.find(self)
+        search_actions.find(self)
 
     def action_find_next(self) -> None:
-        file_actions.find_next(self)
+        search_actions.find_next(self)
+
+    def action_find_previous(self) -> None:
+        search_actions.find_previous(self)
+
+    def action_replace(self) -> None:
+        search_actions.replace(self)
 
     def action_goto_line(self) -> None:
-        file_actions.goto_line(self)
+        search_actions.goto_line(self)
 
     def action_toggle_ghost(self) -> None:
         on = self.ghost.toggle()
@@ -350,7 +302,7 @@ class EditorPane(Container):
         """Typing while a finished preview shows: the preview goes, the text stays as it was, and
         the character goes in at the cursor (not over the selection the run was made from)."""
         if self.phase == PREVIEW:
-            self.reject()
+            self.edits.reject()
             self.editor.move_cursor(self.editor.selection.end)
 
     def _ready(self, action: str | None = None) -> bool:
@@ -367,70 +319,7 @@ class EditorPane(Container):
             self.notify(why, severity="warning", timeout=3)
             return False
         if self.phase == PREVIEW:
-            self.reject()
-        return True
-
-    # -- starting and stopping ----------------------------------------------------------
-
-    def start(self, spans: list[Span]) -> None:
-        """Run `spans` (sorted offsets of the current buffer) on the model in a thread worker."""
-        config, backend = self.session.config, self.session.backend
-        self._stop_run()
-        self.selection_before_run = None
-        self.ghost.dismiss()
-        step_ms = self._step_ms()
-        self.edit_run = Run(next(_run_ids), self.editor.buffer_text, tuple(spans), threading.Event(), paced=step_ms > 0)
-        path = str(self.editor.buffer.path) if self.editor.buffer.path else None
-        job = EditJob(self.edit_run.id, self.edit_run.text, self.edit_run.spans, config.sampling, config.editing, config.editor.frame_rate, step_ms, path)
-        self.notice = "starting…"
-        self._frames_shown = 0
-        self._set_phase(RUNNING)
-        self._show([[] for _ in spans])
-        self.run_worker(partial(run_job, job, backend, self.post_message, self.edit_run.stop.is_set), thread=True, group="edit", exit_on_error=False)
-
-    def _step_ms(self) -> int:
-        """How long each step of the run about to start stays on screen: the session's first run
-        on the embedded model is paced so a person sees it sharpen (it is over in a blink otherwise)."""
-        editor, session = self.session.config.editor, self.session
-        first, session.first_run_started = not session.first_run_started, True
-        if first and session.config.embedded:
-            return max(editor.min_step_ms, editor.first_run_step_ms)
-        return editor.min_step_ms
-
-    def cancel(self) -> None:
-        """Stop a running edit now; the buffer was never touched."""
-        if self.phase == RUNNING:
-            self._stop_run()
-            self.notice = "cancelled"
-            self._set_phase(IDLE)
-            self._restore_selection()
-
-    def reject(self) -> None:
-        if self.phase == PREVIEW:
-            self.edit_run = None
-            self.notice = "rejected"
-            self._set_phase(IDLE)
-            self._restore_selection()
-
-    def _restore_selection(self) -> None:
-        before, self.selection_before_run = self.selection_before_run, None
-        if before is not None:
-            self.editor.selection = before
-
-    def accept(self) -> bool:
-        """Write the shown alternative into the buffer as one edit (one undo step)."""
-        run = self.edit_run
-        if self.phase != PREVIEW or run is None:
-            return False
-        if self.editor.buffer_text != run.text:  # cannot happen: any edit interrupts the run
-            self.reject()
-            return False
-        self.edit_run = None
-        self.selection_before_run = None
-        self._set_phase(IDLE)  # before the edit, so before_change sees nothing to interrupt
-        changes = self.apply_result(run.text, run.result, run.choice)
-        self.notice = f"accepted {sum(len(c.text) for c in changes.changes)} characters (undo restores)"
-        self._announce()
+            self.edits.reject()
         return True
 
     def apply_result(self, text: str, result, choice: int):
@@ -448,21 +337,13 @@ class EditorPane(Container):
         editor.move_cursor(applied.end_location)  # marks inside the edit are dropped by it, others move with their text
         return changes
 
-    def cycle(self, delta: int) -> bool:
-        run = self.edit_run
-        if self.phase != PREVIEW or run is None or run.alternatives < 2:
-            return False
-        run.choice = (run.choice + delta) % run.alternatives
-        self._show_result()
-        return True
-
     def _interrupt(self) -> bool:
         # Typing (or undo, paste, ...) during a run cancels it; during a preview it rejects it.
         if self.phase == RUNNING:
-            self.cancel()
+            self.edits.cancel()
             return True
         if self.phase == PREVIEW:
-            self.reject()
+            self.edits.reject()
             return True
         if self.ghost.before_edit():  # typing through a shown ghost: it and its note stay
             return False
@@ -479,120 +360,20 @@ class EditorPane(Container):
                 kept.append(moved)
         self.selection_stack = kept
 
-    def _stop_run(self) -> None:
-        if self.edit_run is not None:
-            self.edit_run.stop.set()
-        self.edit_run = None
+    # -- messages from the workers: to the run they belong to (run_state.RunBoard) -------
 
-    # -- messages from the worker -------------------------------------------------------
-
-    def _current(self, run_id: int) -> Run | None:
-        return self.edit_run if self.edit_run is not None and self.edit_run.id == run_id else None
-
-    def on_edit_progress(self, message: EditProgress) -> None:
+    def _to_its_run(self, message: EditProgress | EditFinished | EditFailed | EditCancelled) -> None:
         message.stop()
-        if self.ghost.handles(message):
-            return
-        run = self._current(message.run_id)
-        if run is None or self.phase != RUNNING:
-            return  # a late frame from a cancelled run
-        # Coalesce on this side too: if the UI fell behind, frames already queued only replace
-        # the pending one, and a single redraw runs after them (keys never wait behind frames).
-        if self._pending_frame is None:
-            self.call_later(self._draw_pending_frame)
-        self._pending_frame = message
+        self.runs.deliver(message)
 
-    def _draw_pending_frame(self) -> None:
-        message, self._pending_frame = self._pending_frame, None
-        run = self._current(message.run_id) if message is not None else None
-        if run is None or self.phase != RUNNING:
-            return
-        run.stats = message.stats
-        self.notice = ""
-        self._show(message.pieces)
-        self._announce()
-
-    def on_edit_finished(self, message: EditFinished) -> None:
-        message.stop()
-        if self.ghost.handles(message):
-            return
-        run = self._current(message.run_id)
-        if run is None or self.phase != RUNNING:
-            return
-        run.stats, run.result, run.final_pieces = message.stats, message.result, message.pieces
-        result = message.result
-        # Wall time beside compute time: a paced run lasts far longer than its model time.
-        wall = time.perf_counter() - run.started
-        self.notice = run_summary(result.tokens, result.steps, message.stats.compute_seconds, wall, run.paced)
-        self.notice += finish_note(message, result)
-        if result.context_cut and not self.told_context_cut:
-            self.told_context_cut = True
-            self.notify("The model reads only the text around a span, not the whole file: a definition far away is not seen "
-                        "(context_tokens in the config file's [edit] table sets how much).", title="Part of the file")
-        self._set_phase(PREVIEW)
-        self._show_result()
-
-    def on_edit_cancelled(self, message: EditCancelled) -> None:
-        message.stop()  # the UI already moved on when it asked for the cancel
-        self.ghost.handles(message)
-
-    def on_edit_failed(self, message: EditFailed) -> None:
-        message.stop()
-        if self.ghost.handles(message):
-            return
-        if self._current(message.run_id) is None:
-            return
-        self.edit_run = None
-        self.notice = f"edit failed: {message.error}"
-        self._set_phase(IDLE)
-        self.app.notify(message.error, title="Edit failed", severity="error")
+    on_edit_progress = on_edit_finished = on_edit_failed = on_edit_cancelled = _to_its_run
 
     # -- drawing ------------------------------------------------------------------------
 
-    def _show_result(self) -> None:
-        run = self.edit_run
-        pieces = []
-        for i, span in enumerate(run.result.spans):
-            text = span.alternatives[run.choice]
-            frame = run.final_pieces[i] if run.final_pieces else []
-            # Sample 0's confidence styling is kept when it is the text shown.
-            if not text:
-                pieces.append([Piece(EMPTY_GLYPH, MASKED)])
-            else:
-                pieces.append(frame if pieces_text(frame) == text else [Piece(text, FINAL)])
-        self._show(pieces)
-        self._announce()
-
-    def _show(self, pieces: list[list[Piece]]) -> None:
-        run = self.edit_run
-        self.show_overlay(run.text, [(s.start, s.end) for s in run.spans], pieces, same_run=self._frames_shown > 0)
-        self._frames_shown += 1
-
     def show_overlay(self, text: str, spans: list[tuple[int, int]], pieces: list[list[Piece]], same_run: bool,
                      cursor: str | None = None, window: tuple[int, int, int, int] | None = None) -> None:
-        """Draw `text` with each span's pieces spliced in, in the preview layer; `cursor`: the
-        style kind of a cell drawn as the cursor where the first span starts (the ghost's).
-        `window` (first line, last line, start, end): only lines [first, last) of `text`, its
-        characters [start, end), go into the layer, numbered as in the buffer (the ghost's: a
-        few screens around the view, so a ghost in a 50,000-line file does not load and parse
-        all of it into the layer on every pause)."""
-        editor = self.editor
-        first, text, spans, marks = window_of(text, spans, editor.marks, window)
-        layout = compose(text, spans, pieces, marks)
-        if cursor is not None and layout.span_ranges:
-            row, column = location(layout.text, layout.span_ranges[0][0])
-            layout.line_styles.setdefault(row, []).append((column, column + 1, cursor))
-        preview = self.preview
-        self._overlay_y0 = row_of(editor, first)
-        if preview.line_number_start != first + 1:
-            preview.line_number_start = first + 1
-        preview.gutter_floor = editor.gutter_width if window is not None else 0  # the text must not shift sideways
-        if preview.language != self.editor.language:
-            preview.language = self.editor.language
-        preview.soft_wrap = self.editor.soft_wrap
-        if preview.theme != self.editor.theme:
-            preview.theme = self.editor.theme
-        preview.show_layout(layout, self.editor.scroll_x, self.editor.scroll_y - self._overlay_y0, same_run=same_run)
+        """Draw a run's frame in the preview layer over the editor (PreviewView.show_over)."""
+        self.preview.show_over(self.editor, text, spans, pieces, same_run, cursor, window)
         if not same_run:  # the ghost learns where the layer sits once it is laid out
             self.call_after_refresh(self._follow_scroll)
 
@@ -600,16 +381,16 @@ class EditorPane(Container):
         """The preview layer at the editor's rows (PreviewView.follow_scroll: a layer not laid
         out yet gets there as it is first drawn)."""
         if self.phase != IDLE or self.ghost.active:
-            self.preview.follow_scroll(self.editor.scroll_x, self.editor.scroll_y - self._overlay_y0)
+            self.preview.follow(self.editor)
             self.ghost.scrolled()
 
-    def _set_phase(self, phase: str) -> None:
+    def set_phase(self, phase: str) -> None:
         self.phase = phase
         self.editor.yield_tab = phase != IDLE
         self.set_class(phase != IDLE, "-previewing")
-        self._announce()
+        self.announce()
 
-    def _announce(self) -> None:
+    def announce(self) -> None:
         self.post_message(self.StateChanged(self))
 
     def register_syntax_theme(self, theme) -> None:

@@ -1,14 +1,18 @@
-"""A buffer's file and navigation commands: save, save as, find, go to line.
+"""The file commands: save, save as (a buffer's), open, close a tab and quit (the app's).
 
-Functions of one EditorPane (the widget whose bindings run them); dialogs are pushed on the
-pane's app. A successful save posts EditorPane.Saved, which the app answers (recovery, tab
-label, status bar).
+Save and Save as are functions of one EditorPane (the widget whose bindings run them); dialogs
+are pushed on the pane's app. A successful save posts EditorPane.Saved, which the app answers
+(recovery, tab label, status bar). Open, Close tab and Quit are the app's (SharpenApp).
 """
 from __future__ import annotations
 
 from pathlib import Path
+
+from textual.widgets import TabbedContent
+
 from ...core.errors import SharpenError
-from .buffer_file import language_for
+from ..recovery import absolute
+from .buffer_file import BufferFile, language_for
 from .confirm_screen import ConfirmScreen
 from .prompt_screen import PromptScreen
 from .session import Pane
@@ -49,7 +53,7 @@ def save_as(pane: Pane) -> None:
         else:
             write(pane, target)
 
-    pane.app.push_screen(PromptScreen("Save as:", current, placeholder="path/to/file"), chosen)
+    pane.app.push_screen(PromptScreen("Save as:", current, placeholder="path/to/file", complete_paths=True), chosen)
 
 
 def write(pane: Pane, path: Path | None = None, check_disk: bool = True) -> bool:
@@ -71,52 +75,83 @@ def write(pane: Pane, path: Path | None = None, check_disk: bool = True) -> bool
     return True
 
 
-def find(pane: Pane) -> None:
-    session = pane.session
+# -- the app's: open, close a tab, quit ---------------------------------------------------
 
+def open_file(app) -> None:
     def chosen(answer: str | None) -> None:
         if answer:
-            session.last_search = answer
-            find_next(pane)
+            open_path(app, Path(answer).expanduser())
 
-    hint = "lower case matches any case; F3 finds the next one"
-    pane.app.push_screen(PromptScreen("Find:", session.last_search, hint=hint), chosen)
+    app.push_screen(PromptScreen("Open file:", placeholder="path/to/file", complete_paths=True), chosen)
 
 
-def find_next(pane: Pane) -> None:
-    query = pane.session.last_search
-    if not query:
-        find(pane)
+def open_path(app, path: Path) -> None:
+    open_here = next((p for p in app.panes() if p.editor.buffer.path is not None and absolute(p.editor.buffer.path) == absolute(path)), None)
+    if open_here is not None:  # one buffer per file: two would each save over the other's work
+        app.query_one(TabbedContent).active = open_here.id.replace("buffer-", "tab-")
+        open_here.editor.focus()
+        app.notify(f"{open_here.editor.buffer.name} is already open: switched to its tab", timeout=3)
         return
-    editor = pane.editor
-    text = editor.buffer_text
-    if query.islower():  # smart case
-        text = text.lower()
-    start = editor.offset_of(editor.selection.end)
-    found = text.find(query, start)
-    if found == -1:
-        found = text.find(query)  # wrap around
-        if found != -1:
-            pane.notify("search wrapped to the top", timeout=1.5)
-    if found == -1:
-        pane.notify(f"not found: {query}", severity="warning", timeout=2)
+    try:
+        buffer = BufferFile.open(path)
+    except SharpenError as exc:
+        app.notify(str(exc), title="Cannot open", severity="error")
         return
-    editor.select_offsets(found, found + len(query))
-    editor.scroll_cursor_visible(center=True)
+    app.call_later(app.add_buffer, buffer)  # add_buffer offers a recovery entry, if any
 
 
-def goto_line(pane: Pane) -> None:
-    def chosen(answer: str | None) -> None:
-        if not answer:
-            return
-        try:
-            parts = [int(p) for p in answer.strip().split(":")]
-        except ValueError:
-            pane.notify(f"not a line number: {answer}", severity="warning")
-            return
-        editor = pane.editor
-        row = min(max(parts[0], 1), editor.document.line_count) - 1
-        column = max(parts[1] - 1, 0) if len(parts) > 1 else 0
-        editor.move_cursor((row, column), center=True)
+def close_buffer(app) -> None:
+    """Close the active tab; with unsaved changes, ask first (save, discard or keep it open).
+    The last tab closed leaves an empty untitled buffer, as the editor started without files."""
+    pane = app.active_pane()
+    if pane is None:
+        return
 
-    pane.app.push_screen(PromptScreen("Go to line (LINE or LINE:COLUMN):"), chosen)
+    def close() -> None:
+        app.recovery.closed(pane)
+        app.call_later(app.remove_buffer, pane)
+
+    if not pane.editor.unsaved:
+        close()
+        return
+    question = f"Unsaved changes in {pane.editor.buffer.name}. Save before closing it?"
+    choices = [("save", "Save and close", "primary"), ("discard", "Close without saving", "error"), ("cancel", "Cancel", "default")]
+
+    def answered(answer: str) -> None:
+        if answer == "discard":
+            close()
+        elif answer == "save":
+            if pane.editor.buffer.path is None:
+                pane.notify("an untitled buffer needs Save as first", severity="warning")
+            elif write(pane):
+                close()
+
+    app.push_screen(ConfirmScreen(question, choices), answered)
+
+
+def quit(app) -> None:
+    dirty = [pane for pane in app.panes() if pane.editor.unsaved]
+    if not dirty:
+        app.recovery.recovery_discard_all()  # a clean quit: nothing left to recover
+        app.exit()
+        return
+    names = ", ".join(pane.editor.buffer.name for pane in dirty)
+    question = f"Unsaved changes in {names}. Save before quitting?"
+    choices = [("save", "Save and quit", "primary"), ("discard", "Quit without saving", "error"), ("cancel", "Cancel", "default")]
+
+    def answered(answer: str) -> None:
+        if answer == "discard":
+            app.recovery.recovery_discard_all()  # the user chose to drop the changes
+            app.exit()
+        elif answer == "save":
+            untitled = [pane for pane in dirty if pane.editor.buffer.path is None]
+            if untitled:
+                app.notify("an untitled buffer needs Save as first", severity="warning")
+                return
+            if all(write(pane) for pane in dirty):
+                # Each save posts Saved, whose handler discards the buffer's recovery: the app
+                # exits before handling it, so drop this start's entries here (as a clean quit does).
+                app.recovery.recovery_discard_all()
+                app.exit()
+
+    app.push_screen(ConfirmScreen(question, choices), answered)

@@ -8,30 +8,23 @@
 A pane owns one Ghost. It fires only when nothing else is going on: the model is loaded, no
 run or preview is up in any buffer, nothing is selected, the buffer is editable and has the
 focus, and the rest of the cursor's line is empty or closing characters (mid-word infill is
-noise). The run is an infill at the cursor with the text before and after it, on the same
-worker code as every other run (model_runner.run_job); its frames are drawn
+noise). The run is an infill at the cursor with the text before and after it, a
+run_state.ModelRun on the pane's RunBoard like every other run; its frames are drawn
 faint in the pane's preview layer, so the ghost is never in the buffer or its undo history
 until Tab writes it as one edit.
 """
 from __future__ import annotations
 
-import itertools
-import threading
 import time
-from dataclasses import dataclass, field, replace
-from functools import partial
-
-from textual.geometry import Offset
+from dataclasses import replace
 
 from ...core.changes import ChangeSet
 from ...core.spans import Span
 from ..config import Config
-from .messages import EditCancelled, EditFailed, EditFinished, EditProgress
-from .model_runner import EditJob, run_job
+from .messages import EditFailed, EditFinished, EditProgress
 from .preview import GHOST, GHOST_CURSOR, GHOST_MASKED, MASKED, NOISE, Piece, merge, pieces_text
-
-# Ghost runs count down from -1, so they never share an id with the pane's own runs (1, 2, ...).
-_ghost_ids = itertools.count(-1, -1)
+from .preview_view import top_line
+from .run_state import ModelRun
 
 WAITING, RUNNING, SHOWN = "waiting", "running", "shown"  # and None: nothing pending
 CLOSING = frozenset(")]}>\"'`;:,")  # what may follow the cursor on its line for a ghost to fire
@@ -61,18 +54,6 @@ def ghost_pieces(pieces: list[Piece]) -> list[Piece]:
     return merge([Piece(p.text, GHOST_MASKED if p.kind in (MASKED, NOISE) else GHOST) for p in pieces])
 
 
-def top_line(editor) -> int:
-    """The buffer line at the top of the editor's view (with soft wrap a line takes several rows)."""
-    if editor.soft_wrap:
-        return editor.wrapped_document.offset_to_location(Offset(0, int(editor.scroll_y)))[0]
-    return int(editor.scroll_y)
-
-
-def row_of(editor, line: int) -> int:
-    """The view row where buffer line `line` starts."""
-    return editor.wrapped_document.location_to_offset((line, 0)).y if editor.soft_wrap else line
-
-
 def _rest_of(result, text: str, at: int, rest: str):
     """A ghost's result once its first characters were typed: `rest` at `at` of `text` (the
     buffer now), as Tab writes it (core.engine.EditResult: one infill span, one alternative)."""
@@ -82,45 +63,16 @@ def _rest_of(result, text: str, at: int, rest: str):
     return replace(result, text=whole, spans=(moved,), samples=(whole,), candidates=())
 
 
-def window_of(text: str, spans: list[tuple[int, int]], marks: list[tuple[int, int]], window: tuple[int, int, int, int] | None):
-    """(first line, text, spans, marks) cut to `window` (first line, last line, start, end), the
-    offsets moved to the cut text and the marks clipped to it; no window: all of it."""
-    if window is None:
-        return 0, text, spans, marks
-    first, _, start, end = window
-    spans = [(s - start, e - start) for s, e in spans]
-    marks = [(max(s, start) - start, min(e, end) - start) for s, e in marks if s < end and e > start]
-    return first, text[start:end], spans, marks
-
-
-@dataclass
-class GhostRun:
-    id: int
-    text: str  # the buffer when it fired ('\n' line breaks)
-    offset: int  # the cursor, in characters of `text`
-    window: tuple[int, int, int, int]  # what the preview layer shows of `text`: lines [first, last), characters [start, end)
-    stop: threading.Event
-    typed_at: float  # perf_counter of the last edit before the pause
-    fired_at: float = field(default_factory=time.perf_counter)
-    first_frame_at: float | None = None  # when its first frame was drawn
-    shown_at: float | None = None  # when the final ghost was drawn
-    compute_seconds: float = 0.0  # inside the model loop (RunStats.compute_seconds)
-    steps: int = 0
-    drafts: list[str] = field(default_factory=list)  # the text of each frame drawn before the final ghost
-    result: object = None  # core.engine.EditResult once done
-
-
 class Ghost:
     """The as-you-type completion of one pane (state, timer, run, drawing)."""
 
     def __init__(self, pane) -> None:
         self.pane = pane  # the EditorPane it belongs to (not imported here: that module imports this one)
         self.state: str | None = None
-        self.run: GhostRun | None = None
-        self.last: GhostRun | None = None  # the last run that showed a ghost (its timings: bench/ghost_latency.py)
+        self.run: ModelRun | None = None
+        self.last: ModelRun | None = None  # the last run that showed a ghost (its timings: bench/ghost_latency.py)
         self._typed_at = 0.0
         self._timer = None
-        self._pending: EditProgress | None = None
         self._through: str | None = None  # the character of the key typing through a shown ghost
 
     # -- switching it on and off ----------------------------------------------------------
@@ -197,14 +149,12 @@ class Ghost:
         config, editor = pane.session.config, pane.editor
         text = editor.buffer_text
         offset = editor.offset_of(editor.selection.end)
-        self.run = GhostRun(next(_ghost_ids), text, offset, self._window(len(text)), threading.Event(), self._typed_at)
-        self.state = RUNNING
         path = str(editor.buffer.path) if editor.buffer.path else None
         span = Span(offset, offset, "infill", max_tokens=config.editing.infill_tokens)
+        self.state = RUNNING
         # Paced only by min_step_ms, a choice to watch every run; never by the first-run pacing.
-        job = EditJob(self.run.id, text, (span,), config.sampling, config.editing, config.editor.frame_rate, config.editor.min_step_ms, path)
-        pane.run_worker(partial(run_job, job, pane.session.backend, pane.post_message, self.run.stop.is_set),
-                        thread=True, group="ghost", exit_on_error=False)
+        self.run = pane.runs.start("ghost", text, (span,), self, pane.session.backend, config, config.editor.min_step_ms, path,
+                                   window=self._window(len(text)), typed_at=self._typed_at)
 
     def _window(self, length: int) -> tuple[int, int, int, int]:
         """What of the buffer the layer shows: the view and the cursor's line, a margin each side
@@ -238,8 +188,8 @@ class Ghost:
             if pending:
                 self.state = None
             return False
-        self.run.stop.set()
-        self.run, self._pending, self.state = None, None, None
+        self.pane.runs.stop(self.run)
+        self.run, self.state = None, None
         self._hide()
         if self.pane.notice.startswith(NOTICE):  # "Tab accepts" is stale once the ghost is gone
             self.pane.notice = ""
@@ -287,10 +237,9 @@ class Ghost:
         rest = rest[1:]
         if not rest.strip():  # all of it typed (blanks left are no suggestion): done
             self.dismiss()
-            self.pane.notice = "ghost typed through"
-            self._announce()
+            self.pane.say_once("ghost typed through")
             return True
-        run.text, run.offset, run.window = text, cursor, self._window(len(text))
+        run.text, run.spans, run.window = text, (replace(run.spans[0], start=cursor, end=cursor),), self._window(len(text))
         run.result = _rest_of(run.result, text, cursor, rest)
         self._draw(run, self._final(run))
         return True
@@ -304,8 +253,8 @@ class Ghost:
         self._hide()
         if self.pane.apply_result(run.text, run.result, 0) is None:  # cannot happen: every edit dismisses the ghost
             return False
-        self.pane.notice = f"ghost accepted: {len(pieces_text(self._final(run)))} characters (undo removes them)"
-        self._announce()
+        written = len(pieces_text(self._final(run)))
+        self.pane.say_once(f"ghost accepted: {written} character{'' if written == 1 else 's'} (undo removes them)")
         return True
 
     @property
@@ -316,58 +265,35 @@ class Ghost:
     def shown(self) -> bool:
         return self.state == SHOWN
 
-    # -- messages from the worker (the pane hands over those of ghost runs) ----------------
+    # -- what the run tells (run_state.RunOwner) ------------------------------------------
 
-    def handles(self, message) -> bool:
-        """Take a worker message if it belongs to a ghost run (current or stale); False: the pane's."""
-        if message.run_id >= 0:
-            return False
-        run = self.run if self.run is not None and self.run.id == message.run_id else None
-        if run is None or self.state != RUNNING:
-            return True  # a stale ghost's late message: dropped
-        if isinstance(message, EditProgress):
-            if self._pending is None:
-                self.pane.call_later(self._draw_pending)
-            self._pending = message
-        elif isinstance(message, EditFinished):
-            self._finished(run, message)
-        elif isinstance(message, EditFailed):
-            self.dismiss()  # a failed ghost is no news worth a dialog; the status says it
-            self.pane.notice = f"ghost failed: {message.error}"
-            self._announce()
-        elif isinstance(message, EditCancelled):
-            self.dismiss()
-        return True
-
-    def _draw_pending(self) -> None:
-        message, self._pending = self._pending, None
-        run = self.run
-        if message is None or run is None or run.id != message.run_id or self.state != RUNNING:
+    def run_frame(self, run: ModelRun, message: EditProgress) -> None:
+        if run is not self.run or self.state != RUNNING:
             return
-        run.compute_seconds, run.steps = message.stats.compute_seconds, message.stats.step
         pieces = ghost_pieces(message.pieces[0])
         self._draw(run, pieces)
         run.drafts.append(pieces_text(pieces))
-        if run.first_frame_at is None:
-            run.first_frame_at = time.perf_counter()
 
-    def _finished(self, run: GhostRun, message: EditFinished) -> None:
-        self._pending = None
-        run.result, run.compute_seconds, run.steps = message.result, message.stats.compute_seconds, message.stats.step
+    def run_finished(self, run: ModelRun, message: EditFinished) -> None:
+        if run is not self.run or self.state != RUNNING:
+            return
         text = self._final(run)
         if not pieces_text(text).strip():  # nothing (or only blanks) to suggest: no ghost
             self.dismiss()
             return
         self.state = SHOWN
-        self._draw(run, text)
-        now = time.perf_counter()
-        run.shown_at = now
-        if run.first_frame_at is None:
-            run.first_frame_at = now
+        self._draw(run, text, final=True)
         self.last = run
         self.pane.editor.yield_tab = True  # Tab is Accept now (the pane's check_action says so)
         keys = self.pane.app.keys_for("accept").split(", ")[0]
         self.pane.notice = f"{NOTICE}{keys} accepts, any other key dismisses ({run.compute_seconds:.2f} s)"
+        self._announce()
+
+    def run_failed(self, run: ModelRun, message: EditFailed) -> None:
+        if run is not self.run:
+            return
+        self.dismiss()  # a failed ghost is no news worth a dialog; the status says it
+        self.pane.notice = f"ghost failed: {message.error}"
         self._announce()
 
     def moved(self) -> None:
@@ -377,22 +303,23 @@ class Ghost:
             self.dismiss(pending=False)
 
     @staticmethod
-    def _final(run: GhostRun) -> list[Piece]:
+    def _final(run: ModelRun) -> list[Piece]:
         """The finished ghost: what Tab writes (the best sample's text), all of it faint."""
         text = run.result.spans[0].text
         return [Piece(text, GHOST)] if text else []
 
     # -- drawing --------------------------------------------------------------------------
 
-    def _draw(self, run: GhostRun, pieces: list[Piece]) -> None:
+    def _draw(self, run: ModelRun, pieces: list[Piece], final: bool = False) -> None:
         pane = self.pane
-        first = run.first_frame_at is None and run.shown_at is None
+        first = run.frames == 0
         pane.show_overlay(run.text, [(run.offset, run.offset)], [pieces], same_run=not first, cursor=GHOST_CURSOR, window=run.window)
+        run.drawn(final)
         if first:
             pane.set_class(True, "-previewing")
 
     def _announce(self) -> None:
-        self.pane.post_message(self.pane.StateChanged(self.pane))
+        self.pane.announce()
 
     def _hide(self) -> None:
         pane = self.pane

@@ -1,4 +1,5 @@
-"""Auto-indent: what Enter puts at the start of the new line, and how far Backspace goes back.
+"""Auto-indent: what Enter puts at the start of the new line, and how far Backspace goes back;
+and a file's own indentation (tabs or spaces, and how many), which they step by.
 
 Pure functions of the line's text, the language and what each character is (code, string or
 comment). The editor answers that last question from the syntax tree it already keeps for
@@ -109,3 +110,26 @@ def closing_dedent(line_before_cursor: str, char: str, width: int, language: str
 def dedent_to(column: int, width: int) -> int:
     """Backspace in leading spaces: the column one indent level back."""
     return ((column - 1) // width) * width
+
+
+def indent_type_of(text: str) -> str:
+    """Tabs when more lines are indented with a tab than with spaces (Makefiles, Go)."""
+    lines = text.splitlines()
+    tabs = sum(line.startswith("\t") for line in lines)
+    return "tabs" if tabs > sum(line.startswith(" ") for line in lines) else "spaces"
+
+
+def indent_width_of(text: str, default: int = 4) -> int:
+    """The indent unit of a space-indented text: the commonest step by which a line's indentation
+    grows over the line before it (2 in most JavaScript, 4 in Python); `default` when none."""
+    steps: dict[int, int] = {}
+    previous = 0
+    for line in text.splitlines()[:5000]:  # enough lines to decide, bounded on huge files
+        if not line.strip() or line.startswith("\t"):
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        if indent > previous:
+            steps[indent - previous] = steps.get(indent - previous, 0) + 1
+        previous = indent
+    found = [step for step in steps if 2 <= step <= 8]
+    return max(found, key=lambda step: (steps[step], -step)) if found else default

@@ -5,18 +5,50 @@ TextArea shows the buffer with each span replaced by the latest frame: masked sl
 blur (a random-token model's noise as its faint random tokens), committed tokens fainter the
 less sure the model is. `get_line` paints the styles the
 pure `preview.compose` computed; the TextArea's own line cache must be cleared on each frame.
+
+`show_over` places the layer over its editor: the editor's language, theme, wrap and marks,
+its rows (all of the text, or a window of lines around the view: the ghost's), its scroll.
 """
 from __future__ import annotations
 
 from textual import events
+from textual.geometry import Offset
 from textual.widgets import TextArea
 
-from .document import displayable
-from .preview import KINDS, Layout, location
+from rich.text import Text
+
+from .document import displayable, drawn_line
+from .highlighted_area import HighlightedArea
+from .preview import KINDS, Layout, Piece, compose, location
 
 
-class PreviewView(TextArea, can_focus=False):
-    """Mirrors its editor's language, theme, wrap and scroll; never takes focus or input."""
+def top_line(editor) -> int:
+    """The buffer line at the top of the editor's view (with soft wrap a line takes several rows)."""
+    if editor.soft_wrap:
+        return editor.wrapped_document.offset_to_location(Offset(0, int(editor.scroll_y)))[0]
+    return int(editor.scroll_y)
+
+
+def row_of(editor, line: int) -> int:
+    """The view row where buffer line `line` starts."""
+    return editor.wrapped_document.location_to_offset((line, 0)).y if editor.soft_wrap else line
+
+
+def window_of(text: str, spans: list[tuple[int, int]], marks: list[tuple[int, int]], window: tuple[int, int, int, int] | None):
+    """(first line, text, spans, marks) cut to `window` (first line, last line, start, end), the
+    offsets moved to the cut text and the marks clipped to it; no window: all of it."""
+    if window is None:
+        return 0, text, spans, marks
+    first, _, start, end = window
+    spans = [(s - start, e - start) for s, e in spans]
+    marks = [(max(s, start) - start, min(e, end) - start) for s, e in marks if s < end and e > start]
+    return first, text[start:end], spans, marks
+
+
+class PreviewView(HighlightedArea, can_focus=False):
+    """Mirrors its editor's language, theme, wrap and scroll; never takes focus or input. Its
+    documents split lines as the editor's do (HighlightedArea), so a form feed or U+2028 in a
+    line keeps the layer's rows on the editor's."""
 
     COMPONENT_CLASSES = TextArea.COMPONENT_CLASSES | {f"preview-view--{kind}" for kind in KINDS}
 
@@ -46,6 +78,35 @@ class PreviewView(TextArea, can_focus=False):
         # Where show_layout asked to be scrolled (x, y), kept until the view is there: a layer
         # just made visible has no size yet, and a scroll before its first layout stops at 0.
         self.wanted_scroll: tuple[float, float] | None = None
+        self.first_row = 0  # the editor's view row where this layer's first line sits (show_over's window)
+
+    def show_over(self, editor, text: str, spans: list[tuple[int, int]], pieces: list[list[Piece]], same_run: bool,
+                  cursor: str | None = None, window: tuple[int, int, int, int] | None = None) -> None:
+        """Draw `text` with each span's pieces spliced in, over `editor`; `cursor`: the style kind
+        of a cell drawn as the cursor where the first span starts (the ghost's). `window` (first
+        line, last line, start, end): only lines [first, last) of `text`, its characters
+        [start, end), go into the layer, numbered as in the buffer (the ghost's: a few screens
+        around the view, so a ghost in a 50,000-line file does not load and parse all of it into
+        the layer on every pause)."""
+        first, text, spans, marks = window_of(text, spans, editor.marks, window)
+        layout = compose(text, spans, pieces, marks)
+        if cursor is not None and layout.span_ranges:
+            row, column = location(layout.text, layout.span_ranges[0][0])
+            layout.line_styles.setdefault(row, []).append((column, column + 1, cursor))
+        self.first_row = row_of(editor, first)
+        if self.line_number_start != first + 1:
+            self.line_number_start = first + 1
+        self.gutter_floor = editor.gutter_width if window is not None else 0  # the text must not shift sideways
+        if self.language != editor.language:
+            self.language = editor.language
+        self.soft_wrap = editor.soft_wrap
+        if self.theme != editor.theme:
+            self.theme = editor.theme
+        self.show_layout(layout, editor.scroll_x, editor.scroll_y - self.first_row, same_run=same_run)
+
+    def follow(self, editor) -> None:
+        """At `editor`'s rows again (it scrolled)."""
+        self.follow_scroll(editor.scroll_x, editor.scroll_y - self.first_row)
 
     def show_layout(self, layout: Layout, scroll_x: float, scroll_y: float, same_run: bool) -> None:
         """Draw `layout`; within one run only the text from the first span to the last is replaced."""
@@ -84,7 +145,7 @@ class PreviewView(TextArea, can_focus=False):
         return max(super().gutter_width, self.gutter_floor)
 
     def get_line(self, line_index: int):
-        line = super().get_line(line_index)
+        line = Text(drawn_line(self.document.get_line(line_index))[0], end="", no_wrap=True)  # as EditorArea draws it
         for start, end, kind in self.layout_shown.styles_for(line_index):
             if start >= len(line.plain):  # a cursor at the end of its line: a blank cell to draw it on
                 line.append(" ")

@@ -1,4 +1,8 @@
-"""PromptScreen: a one-line question (find, go to line, save as, rewrite instruction).
+"""PromptScreen: a one-line question (find, replace, go to line, open, save as, rewrite instruction).
+
+A pre-filled answer (Save as's name, Find's last query) starts selected: typing replaces it, as
+in every editor. Path prompts (open, save as) complete with Tab, as a shell does: to the longest
+common start of the names that match, listing them when there are several.
 
 Its keys come from the app's KeyOrder (app/tui/key_order.py) through `take_key`, applied at
 once: Textual's Input would get them through its own queue and post Enter's Submitted behind
@@ -6,14 +10,46 @@ the keys that followed, so `Ctrl+G 1 2 Enter x` in one read answered "12x".
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
+from textual.suggester import Suggester
 from textual.widgets import Input, Label
 
 from .drain import drained
+
+
+def complete_path(typed: str, limit: int = 8) -> tuple[str, list[str]]:
+    """`typed` completed as far as the files allow (a directory gets its "/"), and the names that
+    still match when more than one does (at most `limit`); unreadable folders complete nothing."""
+    folder, _, start = typed.rpartition("/")
+    folder = folder + "/" if "/" in typed else ""
+    where = Path(os.path.expanduser(folder or "."))
+    try:
+        names = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in os.scandir(where)
+                       if entry.name.startswith(start) and (start.startswith(".") or not entry.name.startswith(".")))
+    except OSError:
+        return typed, []
+    if not names:
+        return typed, []
+    common = os.path.commonprefix(names)
+    return folder + common, (names[:limit] + ["…"] if len(names) > limit else names) if len(names) > 1 else []
+
+
+class PathSuggester(Suggester):
+    """The completion Tab would make, drawn faint after the cursor (Right takes it too)."""
+
+    def __init__(self) -> None:
+        super().__init__(use_cache=False, case_sensitive=True)  # the folder may change between two asks
+
+    async def get_suggestion(self, value: str) -> str | None:
+        completed, _ = complete_path(value)
+        return completed if completed != value else None
 
 
 class PromptScreen(ModalScreen[str | None]):
@@ -38,16 +74,29 @@ class PromptScreen(ModalScreen[str | None]):
     }
     """
 
-    def __init__(self, question: str, value: str = "", placeholder: str = "", hint: str = "") -> None:
+    def __init__(self, question: str, value: str = "", placeholder: str = "", hint: str = "", complete_paths: bool = False) -> None:
         super().__init__()
         self.question, self.value, self.placeholder, self.hint = question, value, placeholder, hint
+        self.complete_paths = complete_paths
+        if complete_paths and not hint:
+            self.hint = "Tab completes the name"
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(self.question, markup=False)
-            yield Input(self.value, placeholder=self.placeholder, select_on_focus=True)
+            yield Input(self.value, placeholder=self.placeholder, select_on_focus=True,
+                        suggester=PathSuggester() if self.complete_paths else None)
             if self.hint:
                 yield Label(self.hint, classes="prompt-screen--hint", markup=False)
+
+    def complete(self, field: Input) -> None:
+        """Tab in a path prompt: complete the name before the cursor, list the names that still match."""
+        completed, names = complete_path(field.value[:field.cursor_position])
+        field.value = completed + field.value[field.cursor_position:]
+        field.cursor_position = len(completed)
+        hint = self.query(".prompt-screen--hint")
+        if hint:
+            hint.first().update("  ".join(names) if names else "Tab completes the name")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if self.is_current:  # Enter through take_key has dismissed it already
@@ -63,7 +112,13 @@ class PromptScreen(ModalScreen[str | None]):
             await self.submit(field.value)
             return True
         if event.is_printable and event.character:
-            field.insert_text_at_cursor(event.character)
+            if field.selection.is_empty:
+                field.insert_text_at_cursor(event.character)
+            else:  # a pre-filled answer starts selected: typing replaces it
+                field.replace(event.character, *field.selection)
+            return True
+        if event.key == "tab" and self.complete_paths:
+            self.complete(field)
             return True
         for binding in field._bindings.key_to_bindings.get(event.key, ()):  # Input's keys, the keymap applied
             if await self.app.run_action(binding.action, field):

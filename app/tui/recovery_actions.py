@@ -38,6 +38,11 @@ IDLE_SECONDS = 4.0  # typing stopped this long: write recovery (Vim: 4 s)
 WATCH_SECONDS = 2.0  # how often open files are checked on disk (mtime and size only)
 
 
+def counted(count: int, noun: str) -> str:
+    """"1 line", "3 lines"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def shown_path(entry: RecoveryEntry) -> str:
     """Where a recovered buffer belongs, with its directory: two files of one name (src/a.py,
     tests/a.py) are told apart. Relative to the working directory when inside it, else from ~."""
@@ -143,6 +148,11 @@ class RecoveryKeeper:
         self._claim(pane)
         self._disk_seen.pop(pane.id, None)
 
+    def closed(self, pane) -> None:
+        """A tab closed (saved, or its changes discarded by the user): its entry and "open" marker go."""
+        self._discard(self.recovery_path(pane))
+        self._disk_seen.pop(pane.id, None)
+
     def recovery_discard_all(self) -> None:
         """On quitting without unsaved changes (or discarding them): drop what this start wrote,
         and only that: other starts' entries stay for their own recovery."""
@@ -239,10 +249,11 @@ class RecoveryKeeper:
         entries = [e for e in self.crashed_entries() if e.untitled or e.path not in open_paths]
         if not entries:
             return False
-        names = ", ".join(shown_path(e) + f" ({len(e.text.splitlines())} lines)" for e in entries[:6])
+        names = ", ".join(shown_path(e) + f" ({counted(len(e.text.splitlines()), 'line')})" for e in entries[:6])
         more = f" and {len(entries) - 6} more" if len(entries) > 6 else ""
-        question = (f"sharpen did not close cleanly last time: unsaved work in {len(entries)} buffer(s) was kept: {names}{more}. "
-                    "Restore them into buffers (nothing is written until you save)?")
+        them = "it into a buffer" if len(entries) == 1 else "them into buffers"
+        question = (f"sharpen did not close cleanly last time: unsaved work in {counted(len(entries), 'buffer')} was kept: {names}{more}. "
+                    f"Restore {them} (nothing is written until you save)?")
 
         def answered(answer: str) -> None:
             if answer == "restore":
@@ -251,7 +262,7 @@ class RecoveryKeeper:
             elif answer == "discard":
                 for entry in entries:
                     self.recovery_store.discard_entry(entry)
-                self.app.notify(f"discarded {len(entries)} recovered buffer(s)", timeout=3)
+                self.app.notify(f"discarded {counted(len(entries), 'recovered buffer')}", timeout=3)
 
         choices = [("restore", "Restore all", "primary"), ("discard", "Discard all", "error"), ("cancel", "Decide later", "default")]
         self.app.push_screen(ConfirmScreen(question, choices), answered)

@@ -20,6 +20,31 @@ def run_summary(tokens: int, steps: int, compute: float, wall: float, paced: boo
     return f"{counted} in {stepped}, {wall:.2f} s ({how}model {compute:.2f} s, {rate_text(tokens, compute)})"
 
 
+def run_line(pane, keys_for) -> str:
+    """What the status bar says of `pane`'s command run (an EditorPane; `keys_for(binding id)`
+    gives the keys bound now): its progress while it runs, the keys and the alternative shown
+    while its preview is up, nothing when idle."""
+    run = pane.edit_run
+    if run is None:
+        return ""
+    first_key = lambda binding_id: keys_for(binding_id).split(", ")[0]  # noqa: E731
+    stats = run.stats
+    if run.result is None:  # running
+        rate = f" · {rate_text(stats.tokens, stats.compute_seconds)}" if stats and stats.step > 0 else ""  # no rate before a step ran
+        progress = f"step {stats.step}/{stats.total_steps}{rate}" if stats else "starting…"
+        return f"{progress} · {first_key('cancel')} cancels"
+    alternatives = ""
+    if run.alternatives > 1:
+        keys = "/".join(keys_for(i).split(", ")[-1] for i in ("next-alternative", "previous-alternative"))
+        alternatives = f" · {keys}: alternative {run.choice + 1}/{run.alternatives}"
+    candidates = getattr(run.result, "candidates", ()) or ()
+    if run.choice < len(candidates):  # syntax-ranked candidates: say why this one is where it is
+        candidate = candidates[run.choice]
+        verdict = "parses" if candidate.new_errors == 0 else ("not checked" if candidate.new_errors is None else "breaks the parse")
+        alternatives += f" · {verdict} · {sum(candidate.lengths)} slots"
+    return f"{first_key('accept')} accepts · {first_key('cancel')} rejects{alternatives} · {pane.notice}"
+
+
 class StatusBar(Widget):
     """Reactive fields, each set by the app; the line redraws when any of them changes."""
 
