@@ -363,3 +363,12 @@ def test_a_config_block_size_is_used_and_a_bad_one_refused(tmp_path):
     (path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelError, match="block_size=0"):
         load_denoiser(path)
+
+
+def test_cfg_scale_is_refused_by_a_block_causal_release(sdar_as_shipped, tmp_path):
+    target = tmp_path / "f.py"
+    target.write_text("x = 1\n")
+    proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "1:5-1:6", "--model", str(sdar_as_shipped),
+                           "--device", "cpu", "--in-place", "--cfg-scale", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "sdar models' reference has none" in proc.stderr, proc.stderr
+    assert target.read_text() == "x = 1\n"
