@@ -251,7 +251,7 @@ def _block_fixtures():
 def test_every_release_record_names_its_source():
     from release_checkpoints import RELEASES, facts, recorded, source
 
-    assert {"SDAR-8B-Chat", "SDAR-4B-Chat", "Fast_dLLM_v2_7B"} <= set(recorded())
+    assert {"SDAR-8B-Chat", "SDAR-4B-Chat", "Fast_dLLM_v2_7B", "LLaDA2.0-mini"} <= set(recorded())
     for release in recorded():
         line = source(release)
         assert "\n" not in line and "read 20" in line, release  # one line: repository and commit (or page), date read
@@ -297,6 +297,22 @@ def test_a_fixture_has_exactly_the_releases_keys_and_values(release, tmp_path):
     index = json.loads((path / "model.safetensors.index.json").read_text())
     assert set(index["weight_map"]) == set(weight_names(record, LAYERS))
     assert set(record["files"]) <= {p.name for p in path.iterdir()}
+
+
+@pytest.mark.parametrize("version", ["2.0", "2.1"])
+def test_the_llada2_fixture_has_the_releases_config_keys(tmp_path, version):
+    """LLaDA2.0-mini's config.json (the one file of it found): the fixture's keys are the release's;
+    2.1 adds use_qk_norm, which no file of 2.1 at hand confirms (docs/models.md)."""
+    from moe_checkpoints import write_llada2
+    from release_checkpoints import facts, key_drift
+
+    record = facts("LLaDA2.0-mini")["config.json"]
+    written = json.loads((write_llada2(tmp_path / "llada2", version=version) / "config.json").read_text())
+    assert key_drift(written, record) == ([] if version == "2.0" else ["adds use_qk_norm"])
+    sizes = {"num_hidden_layers", "hidden_size", "intermediate_size", "first_k_dense_replace", "max_position_embeddings",
+             "moe_intermediate_size", "num_experts_per_tok", "num_attention_heads", "num_experts", "num_key_value_heads", "head_dim",
+             "num_shared_experts", "vocab_size", "rotary_dim", "n_group", "topk_group", "pad_token_id"}
+    assert {k: v for k, v in written.items() if k not in sizes and k in record} == {k: v for k, v in record.items() if k not in sizes}
 
 
 def test_key_drift_catches_a_fixture_that_adds_the_training_copys_keys(tmp_path):
