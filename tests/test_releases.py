@@ -388,3 +388,29 @@ def test_cfg_scale_is_refused_by_a_block_causal_release(sdar_as_shipped, tmp_pat
                            "--device", "cpu", "--in-place", "--cfg-scale", "1"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "sdar models' reference has none" in proc.stderr, proc.stderr
     assert target.read_text() == "x = 1\n"
+
+
+def _released(kind: str, path: Path) -> Path:
+    from block_checkpoints import write_fast_dllm_v2, write_sdar, write_stable_diffcoder
+    from moe_checkpoints import write_llada2
+
+    return {"SDAR-4B-Chat": lambda: write_sdar(path, release="SDAR-4B-Chat"), "SDAR-1.7B-Chat": lambda: write_sdar(path, tie=True),
+            "Fast_dLLM_v2_7B": lambda: write_fast_dllm_v2(path), "Stable-DiffCoder-8B-Instruct": lambda: write_stable_diffcoder(path),
+            "LLaDA2.0-mini": lambda: write_llada2(path), "LLaDA2.1-mini": lambda: write_llada2(path, version="2.1")}[kind]()
+
+
+@pytest.mark.parametrize("kind", ["SDAR-4B-Chat", "SDAR-1.7B-Chat", "Fast_dLLM_v2_7B", "Stable-DiffCoder-8B-Instruct", "LLaDA2.0-mini",
+                                  "LLaDA2.1-mini"])
+def test_each_block_release_infills_and_rewrites_headless(kind, tmp_path):
+    """The releases' config files at tiny sizes: infill and rewrite headless exit 0, the file edited
+    in place, nothing on stderr."""
+    path = _released(kind, tmp_path / kind)
+    for extra in ([], ["--mode", "rewrite", "--instruction", "use sum"]):
+        target = tmp_path / "f.py"
+        target.write_text("def add(a, b):\n    return a + b\n")
+        more = ["--editing", "off"] if kind == "LLaDA2.0-mini" else []
+        proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:12-2:17", "--model", str(path),
+                               "--device", "cpu", "--steps", "4", "--in-place", *more, *extra], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and proc.stderr == "", (extra, proc.stderr)
+        edited = target.read_text()
+        assert edited.startswith("def add(a, b):\n    return ") and edited.endswith("\n")
