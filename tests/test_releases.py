@@ -414,3 +414,17 @@ def test_each_block_release_infills_and_rewrites_headless(kind, tmp_path):
         assert proc.returncode == 0 and proc.stderr == "", (extra, proc.stderr)
         edited = target.read_text()
         assert edited.startswith("def add(a, b):\n    return ") and edited.endswith("\n")
+
+
+def test_sdar_30b_a3b_loads_without_the_training_copys_keys(tmp_path):
+    """SDAR-30B-A3B's hub config.json was not found (docs/models.md); serving code (sglang, lmdeploy)
+    hard-codes its mask and block size as for the dense releases, whose hub files lack both keys:
+    without them it loads with blocks of 4 and the tokenizer's <|MASK|>."""
+    from moe_checkpoints import write_sdar_moe
+
+    path = write_sdar_moe(tmp_path / "SDAR-30B-A3B-Chat")
+    config = json.loads((path / "config.json").read_text())
+    del config["block_size"], config["mask_token_id"]
+    (path / "config.json").write_text(json.dumps(config))
+    den = load_denoiser(path)
+    assert den.spec.block.size == 4 and den.spec.mask_id == den.tokenizer.token_id("<|MASK|>")
