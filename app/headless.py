@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 import signal
 import stat
@@ -215,6 +216,48 @@ class Progress:
             self.open = False
 
 
+# The libraries a model loads through: their own log lines and Python warnings are theirs, not the user's.
+LIBRARY_LOGGERS = ("transformers", "torch", "torchao", "accelerate", "huggingface_hub", "safetensors", "tokenizers", "py.warnings")
+library_log = logging.getLogger("sharpen.libraries")
+
+
+class _ToSharpenLog(logging.Handler):
+    """A library's record, re-logged at DEBUG on sharpen.libraries: nothing on stderr unless the
+    process asked for debug logs (the server's --log-level debug)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        library_log.debug("%s: %s", record.name, record.getMessage())
+
+
+@contextmanager
+def library_output_routed() -> Iterator[None]:
+    """Headless prints one line for an error and nothing for a success, so while it runs the
+    libraries' logging (transformers' "[transformers] Last layer must use `full_attention`...",
+    torch's and torchao's notes) and Python warnings go to sharpen's debug log instead of stderr.
+    transformers adds its stderr handler when it is first imported, which may be mid-run:
+    TRANSFORMERS_VERBOSITY (when the user set none) keeps that handler silent too."""
+    route = _ToSharpenLog()
+    saved = []
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.handlers[:], logger.propagate))
+        logger.handlers[:] = [route]
+        logger.propagate = False
+    verbosity = os.environ.get("TRANSFORMERS_VERBOSITY")
+    if verbosity is None:
+        os.environ["TRANSFORMERS_VERBOSITY"] = "critical"
+    logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        if verbosity is None:
+            os.environ.pop("TRANSFORMERS_VERBOSITY", None)
+        for logger, handlers, propagate in saved:  # a handler a library added mid-run (on import) goes too
+            logger.handlers[:] = handlers
+            logger.propagate = propagate
+
+
 def run_headless(job: HeadlessJob, config: Config = Config(), denoiser=None, process_exits: bool = False, backend=None) -> int:
     """The whole headless run; `denoiser` lets a caller (bench/soak.py) reuse a loaded model,
     `backend` (app/backend.py) run it elsewhere.
@@ -235,7 +278,8 @@ def run_headless(job: HeadlessJob, config: Config = Config(), denoiser=None, pro
             from .backend import LocalBackend
 
             backend = LocalBackend.of(denoiser)
-        code = _run(job, config, backend)
+        with library_output_routed():
+            code = _run(job, config, backend)
         done = True
         return code
     finally:

@@ -16,6 +16,9 @@ Methods:
              every position, one token committed per step (lowest step count = span length).
   default    sharpen's default: dual KV cache per block + confidence-threshold commits.
   exact      sharpen with no cache and one token per step (what the cache and threshold buy).
+  cfg        exact with classifier-free guidance (--cfg-scale 1, LLaDA's reference knob): each
+             step also runs the unconditional canvas, in one batch of two (LLaDA checkpoints only:
+             `--model DIR --methods exact,cfg`; the last lines give the cost per step against exact).
   ar         a causal transformer of the same dimensions (transformers' LlamaForCausalLM,
              random weights: speed only) decoding the same number of tokens with its KV cache
              through `generate`.
@@ -168,7 +171,8 @@ def method_settings(method: str, settings_cls):
         changes = {k: v for k, v in _changes(method).items() if k != "per_step"}
         types = {f.name: f.type for f in dataclasses.fields(settings_cls)}
         return settings_cls(**{k: _parse(v, types[k]) for k, v in changes.items()})
-    return {"default": settings_cls(), "exact": settings_cls(cache="none", schedule="fixed")}[method]
+    return {"default": settings_cls(), "exact": settings_cls(cache="none", schedule="fixed"),
+            "cfg": settings_cls(cache="none", schedule="fixed", cfg_scale=1.0)}[method]
 
 
 def _parse(value: str, annotation: str):
@@ -266,12 +270,13 @@ def main(argv=None) -> int:
     describe = {
         "naive": "confidence / 1 per step / none (full logits)",
         "exact": "confidence / 1 per step / none",
+        "cfg": "confidence / 1 per step / none, cfg_scale 1 (two passes a step)",
         "default": describe_settings(Sampling()),
         "ar": "causal LM, greedy, KV cache (generate)",
         "ar-loop": "causal LM, greedy, KV cache (bare forward loop)",
     }
     lo = 0
-    summary = {}
+    summary, per_step = {}, {}
     for hi in (int(v) for v in args.lengths.split(",")):
         items = load_items(args.data, denoiser.tokenizer, lo, hi, args.limit)
         lo = hi
@@ -284,6 +289,7 @@ def main(argv=None) -> int:
             rate = row["tokens"] / row["wall"]
             described = describe.get(method) or describe_settings(method_settings(method, Sampling), _per_step(method))
             summary[(hi, method)] = rate, row["em"]
+            per_step[(hi, method)] = row["wall"] / max(row["steps"], 1)
             acc, em, parse, agree = ("n/a" if row[k] is None else f"{100 * row[k]:.1f}%" for k in ("acc", "em", "parse", "agree"))
             print(f"| {name} | {mean_len:.0f} (<= {hi}, n={len(items)}) | {method} | {described} | {rate:.1f} | {row['steps']} | {row['wall']:.2f} | {acc} | {em} | {parse} | {agree} |")
             sys.stdout.flush()
@@ -295,6 +301,9 @@ def main(argv=None) -> int:
             em = summary[(hi, "default")][1]
             ratios += [f"exact match {100 * (em - summary[(hi, m)][1]):+.1f} points vs {m}" for m in ("naive", "exact") if (hi, m) in summary]
             print(f"# span <= {hi}: default {d:.1f} tok/s, " + ", ".join(ratios))
+        if (hi, "cfg") in per_step and (hi, "exact") in per_step:
+            guided, plain = per_step[(hi, "cfg")], per_step[(hi, "exact")]
+            print(f"# span <= {hi}: a guided step (cfg) {1000 * guided:.2f} ms, an exact step {1000 * plain:.2f} ms: {guided / plain:.2f}x per step")
     return 0
 
 

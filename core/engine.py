@@ -24,6 +24,7 @@ from .newlines import drop_undecodable, match_newlines, newline_style
 from .prompted import prompt_canvas, prompt_form
 from .result import EditResult, SpanResult  # noqa: F401 (the engine's result types: imported from here too)
 from .loops import Frame, LoopRules, run_loop, slot_room
+from .loops.masked import refuse_unguided
 from .settings import LENGTHS, Editing, Sampling
 from .spans import Span, validate_spans
 
@@ -129,6 +130,7 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
              rules: LoopRules = LoopRules(), prompt: str = "auto") -> Iterator[EditFrame]:
     """One denoising run over validated, sorted spans (run_edit's body; a round of the adaptive loop)."""
     tok, spec = denoiser.tokenizer, denoiser.spec
+    refuse_unguided(spec, settings)  # --cfg-scale: LLaDA's reference only, for every loop kind
     pad = spec.pad_id if spec.pad_id is not None else spec.eos_id
     row_lengths = None
     if spec.loop == "random-token" and candidates is not None:

@@ -1,14 +1,12 @@
 """Tiny random checkpoints in the released layouts of the 2026 block-diffusion and Seed families.
 
-SDAR-{1.7B,4B,8B}-Chat (JetAstra/SDAR, training/model/SDAR-8B-Chat at c2041a8 lists the file
-set): config.json with `model_type: sdar`, `block_size` 4, `mask_token_id` and the Qwen3 keys
-(`head_dim`, q/k norms), generation_config.json (eos [<|im_end|>, <|endoftext|>], temperature
-0.6, top-k 20, top-p 0.95), tokenizer.json + vocab.json + merges.txt + added_tokens.json +
-special_tokens_map.json + tokenizer_config.json (mask_token <|MASK|>, chat template) +
-chat_template.jinja, sharded safetensors with model.safetensors.index.json, and the remote
-code files (configuration_sdar.py, modeling_sdar.py, tokenization_qwen2*.py,
-fused_linear_diffusion_cross_entropy.py), which sharpen never runs. Only the sizes are tiny;
-the special tokens sit after the BPE vocabulary in Qwen's order, as in the release.
+SDAR-{1.7B,4B,8B}-Chat and Fast_dLLM_v2_7B start from the releases' own files
+(tests/releases/, read by tests/release_checkpoints.py): config.json with only the sizes
+changed (the hub's SDAR config.json has no block_size and no mask_token_id), generation_config.json,
+special_tokens_map.json, added_tokens.json and tokenizer_config.json with the special ids moved
+to the tiny vocabulary, the file set the release ships, the weight names of its index. The
+remote code files (configuration_sdar.py, modeling_sdar.py, ...) are stand-ins sharpen never runs.
+Only the sizes are tiny; the special tokens sit after the BPE vocabulary in the release's order.
 """
 from __future__ import annotations
 
@@ -19,6 +17,7 @@ import torch
 from tokenizers import Tokenizer
 
 from family_checkpoints import padded, random_state, write_sharded, write_tokenizer
+from release_checkpoints import added_tokens, facts, generation_config, id_map, shrink, special_tokens, tokenizer_config, write_json
 
 # Qwen3's added tokens in their released order (151643...), SDAR's <|MASK|> last (151669).
 QWEN3_SPECIAL = (
@@ -28,7 +27,6 @@ QWEN3_SPECIAL = (
     "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
     "<think>", "</think>",
 )
-SDAR_SPECIAL = (*QWEN3_SPECIAL, "<|MASK|>")
 # Qwen3's ChatML without a default system turn (SDAR's chat_template.jinja, shortened to what an edit uses).
 QWEN3_TEMPLATE = (
     "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}{%- endif %}"
@@ -39,9 +37,7 @@ QWEN3_TEMPLATE = (
 SDAR_REMOTE_CODE = ("configuration_sdar.py", "modeling_sdar.py", "tokenization_qwen2.py", "tokenization_qwen2_fast.py",
                     "fused_linear_diffusion_cross_entropy.py")
 # The release's file set (besides the weight shards, which follow model.safetensors.index.json).
-SDAR_FILES = ("README.md", "added_tokens.json", "chat_template.jinja", "config.json", *SDAR_REMOTE_CODE, "generation_config.json",
-              "merges.txt", "model.safetensors.index.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
-              "vocab.json")
+SDAR_FILES = tuple(facts("SDAR-8B-Chat")["files"])
 
 D, LAYERS, HEADS, KV, HEAD_DIM, HIDDEN = 64, 2, 4, 2, 32, 96  # head_dim stated apart from hidden/heads, as Qwen3 does
 
@@ -67,60 +63,53 @@ def qwen3_shapes(vocab: int, tie: bool) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _tokenizer_files(out: Path, special: tuple[str, ...], ids: dict[str, int], mask: str, template: str) -> None:
-    """vocab.json + merges.txt beside tokenizer.json, added_tokens.json, special_tokens_map.json,
-    tokenizer_config.json (added_tokens_decoder, Qwen2Tokenizer, the chat template) and chat_template.jinja."""
+def release_tokenizer_files(out: Path, record: dict, tiny: dict[str, int], ids: dict[int, int], template: str) -> None:
+    """vocab.json + merges.txt beside tokenizer.json, and the release's added_tokens.json,
+    special_tokens_map.json, tokenizer_config.json and chat_template.jinja where it ships them
+    (tests/release_checkpoints.py: its ids moved to the tiny vocabulary, its template shortened)."""
     Tokenizer.from_file(str(out / "tokenizer.json")).model.save(str(out))  # vocab.json, merges.txt
-    _json(out / "added_tokens.json", {name: ids[name] for name in sorted(special)})
-    additional = [t for t in special if t.startswith("<|") and t not in ("<|endoftext|>",) and "fim" not in t
-                  and t not in ("<|repo_name|>", "<|file_sep|>")]
-    _json(out / "special_tokens_map.json", {"additional_special_tokens": additional,
-                                           "eos_token": {"content": "<|endoftext|>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False},
-                                           "pad_token": {"content": "<|endoftext|>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False}})
-    decoder = {str(ids[t]): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                             "special": t.startswith("<|") or t == mask} for t in special}
-    _json(out / "tokenizer_config.json", {
-        "add_bos_token": False, "add_prefix_space": False, "added_tokens_decoder": decoder,
-        "additional_special_tokens": additional, "auto_map": {"AutoTokenizer": ["tokenization_qwen2.Qwen2Tokenizer", None]},
-        "bos_token": None, "chat_template": template, "clean_up_tokenization_spaces": False, "eos_token": "<|endoftext|>",
-        "mask_token": mask, "errors": "replace", "model_max_length": 131072, "pad_token": "<|endoftext|>",
-        "split_special_tokens": False, "tokenizer_class": "Qwen2Tokenizer", "unk_token": None})
-    (out / "chat_template.jinja").write_text(template, encoding="utf-8")
+    for name, data in (("added_tokens.json", added_tokens(record, tiny, ids)),
+                       ("special_tokens_map.json", record.get("special_tokens_map.json")),
+                       ("tokenizer_config.json", tokenizer_config(record, ids, template)),
+                       ("generation_config.json", generation_config(record, ids))):
+        if data is not None:
+            write_json(out / name, data)
+    if "chat_template.jinja" in record["files"]:
+        (out / "chat_template.jinja").write_text(template, encoding="utf-8")
 
 
-def sdar_config(ids: dict[str, int], vocab: int, tie: bool, block_size: int = 4) -> dict:
-    """config.json of SDAR-8B-Chat, key for key, at tiny sizes."""
-    return {
-        "architectures": ["SDARForCausalLM"],
-        "auto_map": {"AutoConfig": "configuration_sdar.SDARConfig", "AutoModel": "modeling_sdar.SDARModel",
-                     "AutoModelForCausalLM": "modeling_sdar.SDARForCausalLM"},
-        "attention_bias": False, "attention_dropout": 0.0, "attn_implementation": "flex_attention",
-        "bos_token_id": ids["<|endoftext|>"], "debug": False, "eos_token_id": ids["<|endoftext|>"],
-        "block_size": block_size, "mask_token_id": ids["<|MASK|>"], "ep_size": 1, "fuse_cross_entropy": True,
-        "head_dim": HEAD_DIM, "hidden_act": "silu", "hidden_size": D, "initializer_range": 0.02, "intermediate_size": HIDDEN,
-        "max_position_embeddings": 32768, "max_window_layers": LAYERS, "micro_forward": False, "model_type": "sdar",
-        "num_attention_heads": HEADS, "num_hidden_layers": LAYERS, "num_key_value_heads": KV, "rms_norm_eps": 1e-06,
-        "rope_scaling": None, "rope_theta": 1000000, "skip_checkpoint": False, "sliding_window": None,
-        "tie_word_embeddings": tie, "torch_dtype": "bfloat16", "transformers_version": "4.52.4", "use_cache": False,
-        "use_deepep": False, "use_sliding_window": False, "vocab_size": vocab,
-    }
+def release_vocabulary(out: Path, record: dict) -> tuple[dict[str, int], dict[int, int], int]:
+    """A tiny tokenizer.json with the release's added tokens after the BPE, in the release's order:
+    (tiny ids by text, release id -> tiny id, embedding rows)."""
+    tiny = write_tokenizer(out, tuple(text for _, text in special_tokens(record)))
+    return tiny, id_map(record, tiny), padded(max(tiny.values()) + 1)
+
+
+def qwen3_sizes(vocab: int) -> dict:
+    return {"hidden_size": D, "intermediate_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+            "num_key_value_heads": KV, "head_dim": HEAD_DIM, "max_window_layers": LAYERS, "vocab_size": vocab}
 
 
 def write_sdar(out: Path, *, seed: int = 7, tie: bool = False, shards: int = 2, dtype: torch.dtype = torch.float32,
-               block_size: int = 4) -> Path:
-    """SDAR-8B-Chat's file set, tiny (2 layers, hidden 64, head_dim 32); tie=True as SDAR-1.7B-Chat."""
+               release: str = "SDAR-8B-Chat", training_copy: bool = False) -> Path:
+    """SDAR-8B-Chat's files as the hub ships them (tests/releases/SDAR-8B-Chat), tiny: 2 layers,
+    hidden 64, head_dim 32. Its config.json has no block_size and no mask_token_id; with
+    `training_copy`, the repository's training copy, which adds both. tie=True as SDAR-1.7B-Chat
+    (no file of it was found: tied embeddings as its Qwen3-1.7B base, docs/models.md)."""
     out.mkdir(parents=True, exist_ok=True)
-    ids = write_tokenizer(out, SDAR_SPECIAL)
-    vocab = padded(max(ids.values()) + 1)
-    _json(out / "config.json", sdar_config(ids, vocab, tie, block_size))
-    _json(out / "generation_config.json", {
-        "bos_token_id": ids["<|endoftext|>"], "do_sample": True, "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
-        "pad_token_id": ids["<|endoftext|>"], "temperature": 0.6, "top_k": 20, "top_p": 0.95, "transformers_version": "4.51.0"})
-    _tokenizer_files(out, SDAR_SPECIAL, ids, "<|MASK|>", QWEN3_TEMPLATE)
+    record = facts(release)
+    tiny, ids, vocab = release_vocabulary(out, record)
+    config = shrink(record["config.json"], qwen3_sizes(vocab), ids)
+    if tie:
+        config["tie_word_embeddings"] = True
+    if training_copy:
+        config.update(block_size=4, mask_token_id=tiny["<|MASK|>"])
+    write_json(out / "config.json", config)
+    release_tokenizer_files(out, record, tiny, ids, QWEN3_TEMPLATE)
     for name in SDAR_REMOTE_CODE:  # shipped by the release, never run by sharpen
         (out / name).write_text(f"# {name}: stands in for the release's remote code; sharpen loads this family natively\n")
     (out / "README.md").write_text("# SDAR (tiny random test checkpoint in the release layout)\n", encoding="utf-8")
-    write_sharded(out, random_state(qwen3_shapes(vocab, tie), seed), shards, dtype)
+    write_sharded(out, random_state(qwen3_shapes(vocab, config["tie_word_embeddings"]), seed), shards, dtype)
     return out
 
 
@@ -208,10 +197,7 @@ def write_stable_diffcoder(out: Path, *, seed: int = 9, shards: int = 2, dtype: 
 # bd_size 32, Qwen2.5 keys, layer_types), configuration.py + modeling.py (remote code), the Qwen2.5
 # tokenizer files with the mask token added after <|file_sep|> (151665), generation_config.json,
 # the shards with their index, and the training run's `latest` marker.
-FAST_DLLM_SPECIAL = (*QWEN3_SPECIAL[:22], "|<MASK>|")
-FAST_DLLM_FILES = ("README.md", "added_tokens.json", "config.json", "configuration.py", "generation_config.json", "latest",
-                   "merges.txt", "model.safetensors.index.json", "modeling.py", "special_tokens_map.json", "tokenizer.json",
-                   "tokenizer_config.json", "vocab.json")
+FAST_DLLM_FILES = tuple(facts("Fast_dLLM_v2_7B")["files"])  # (+ tokenizer.json, which sharpen reads; not in the vendored copy)
 
 
 def qwen2_shapes(vocab: int) -> dict[str, tuple[int, ...]]:
@@ -231,30 +217,16 @@ def qwen2_shapes(vocab: int) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def write_fast_dllm_v2(out: Path, *, seed: int = 13, shards: int = 2, dtype: torch.dtype = torch.float32, bd_size: int = 32) -> Path:
-    """Fast_dLLM_v2_7B's file set, tiny (Qwen2 names with q/k/v biases, bd_size 32)."""
+def write_fast_dllm_v2(out: Path, *, seed: int = 13, shards: int = 2, dtype: torch.dtype = torch.float32) -> Path:
+    """Fast_dLLM_v2_7B's files (tests/releases/Fast_dLLM_v2_7B), tiny: Qwen2 names with q/k/v
+    biases, bd_size 32; the chat template in chat_template.jinja only, no mask token named."""
     out.mkdir(parents=True, exist_ok=True)
-    ids = write_tokenizer(out, FAST_DLLM_SPECIAL)
-    vocab = padded(max(ids.values()) + 1)
-    _json(out / "config.json", {
-        "architectures": ["Fast_dLLM_QwenForCausalLM"], "attention_dropout": 0.0,
-        "auto_map": {"AutoConfig": "configuration.Fast_dLLM_QwenConfig", "AutoModel": "modeling.Fast_dLLM_QwenModel",
-                     "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM"},
-        "bd_size": bd_size, "bos_token_id": ids["<|endoftext|>"], "conplemenrary_mask": True, "eos_token_id": ids["<|im_end|>"],
-        "hidden_act": "silu", "hidden_size": D, "initializer_range": 0.02, "intermediate_size": HIDDEN,
-        "layer_types": ["full_attention"] * LAYERS, "max_position_embeddings": 32768, "max_window_layers": LAYERS,
-        "model_type": "Fast_dLLM_Qwen", "num_attention_heads": HEADS, "num_hidden_layers": LAYERS, "num_key_value_heads": KV,
-        "pad_token_id": ids["<|im_end|>"], "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0,
-        "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.53.1",
-        "use_cache": True, "use_sliding_window": False, "vocab_size": vocab})
-    _json(out / "generation_config.json", {"bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
-                                           "pad_token_id": ids["<|endoftext|>"], "transformers_version": "4.53.1"})
-    _tokenizer_files(out, FAST_DLLM_SPECIAL, ids, "|<MASK>|", QWEN3_TEMPLATE)
-    cfg = json.loads((out / "tokenizer_config.json").read_text())
-    cfg.pop("mask_token")  # the release names no mask token: its generation code passes the id
-    cfg["eos_token"], cfg["pad_token"] = "<|im_end|>", "<|endoftext|>"
-    _json(out / "tokenizer_config.json", cfg)
-    (out / "chat_template.jinja").unlink()  # the template lives in tokenizer_config.json only
+    record = facts("Fast_dLLM_v2_7B")
+    tiny, ids, vocab = release_vocabulary(out, record)
+    sizes = {"hidden_size": D, "intermediate_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+             "num_key_value_heads": KV, "max_window_layers": LAYERS, "vocab_size": vocab}
+    write_json(out / "config.json", shrink(record["config.json"], sizes, ids))
+    release_tokenizer_files(out, record, tiny, ids, QWEN3_TEMPLATE)
     for name in ("configuration.py", "modeling.py"):
         (out / name).write_text(f"# {name}: stands in for the release's remote code; sharpen loads this family natively\n")
     (out / "latest").write_text("global_step2500")

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from family_checkpoints import _write_json, padded, random_state, write_sharded, write_tokenizer
+from release_checkpoints import facts, shrink
 
 LING_SPECIAL = ("<|startoftext|>", "<|endoftext|>", "<role>", "</role>", "<|role_end|>", "<|mask|>")
 # Ling 2.0's chat format, shortened to what matters: role tags, a turn end, the assistant opening.
@@ -41,62 +42,16 @@ TINY = dict(d=64, layers=3, heads=4, kv=2, head_dim=16, dense_hidden=96, expert_
 
 
 def llada2_config(ids: dict[str, int], vocab: int, *, version: str = "2.0", **shape) -> dict:
-    """config.json as LLaDA2.0-mini ships it (every key, in its order), at the tiny shape."""
+    """config.json as LLaDA2.0-mini ships it (tests/releases/LLaDA2.0-mini), at the tiny shape: only
+    sizes change, and pad_token_id (156892, <|endoftext|>) moves with its token."""
     s = {**TINY, **shape}
-    config = {
-        "architectures": ["LLaDA2MoeModelLM"],
-        "attention_dropout": 0.0,
-        "auto_map": {
-            "AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig",
-            "AutoModel": "modeling_llada2_moe.LLaDA2MoeModel",
-            "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM",
-        },
-        "num_hidden_layers": s["layers"],
-        "hidden_size": s["d"],
-        "intermediate_size": s["dense_hidden"],
-        "first_k_dense_replace": s["first_dense"],
-        "hidden_act": "silu",
-        "max_position_embeddings": 512,
-        "model_type": "llada2_moe",
-        "moe_intermediate_size": s["expert_hidden"],
-        "norm_topk_prob": True,
-        "num_experts_per_tok": s["top_k"],
-        "norm_head": False,
-        "num_attention_heads": s["heads"],
-        "num_experts": s["experts"],
-        "num_key_value_heads": s["kv"],
-        "rope_theta": 600000,
-        "rope_scaling": None,
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-        "transformers_version": "4.52.3",
-        "use_bias": False,
-        "use_rmsnorm": True,
-        "rms_norm_eps": 1e-06,
-        "head_dim": s["head_dim"],
-        "num_shared_experts": s["shared"],
-        "use_cache": False,
-        "use_qkv_bias": False,
-        "embedding_dropout": 0.0,
-        "norm_softmax": False,
-        "output_dropout": 0.0,
-        "vocab_size": vocab,
-        "rotary_dim": s["head_dim"] // 2,
-        "using_split_qkv_in_self_attention": False,
-        "router_dtype": "fp32",
-        "moe_router_enable_expert_bias": True,
-        "routed_scaling_factor": 2.5,
-        "n_group": s["n_group"],
-        "topk_group": s["topk_group"],
-        "score_function": "sigmoid",
-        "initializer_range": 0.02,
-        "max_window_layers": 28,
-        "output_router_logits": False,
-        "pad_token_id": ids["<|endoftext|>"],
-        "partial_rotary_factor": 0.5,
-        "use_sliding_window": False,
-    }
-    if version == "2.1":  # LLaDA2.1-mini states the q/k norm its configuration class defaults to
+    sizes = {"num_hidden_layers": s["layers"], "hidden_size": s["d"], "intermediate_size": s["dense_hidden"],
+             "first_k_dense_replace": s["first_dense"], "max_position_embeddings": 512, "moe_intermediate_size": s["expert_hidden"],
+             "num_experts_per_tok": s["top_k"], "num_attention_heads": s["heads"], "num_experts": s["experts"],
+             "num_key_value_heads": s["kv"], "head_dim": s["head_dim"], "num_shared_experts": s["shared"], "vocab_size": vocab,
+             "rotary_dim": s["head_dim"] // 2, "n_group": s["n_group"], "topk_group": s["topk_group"]}
+    config = shrink(facts("LLaDA2.0-mini")["config.json"], sizes, {LING_RELEASE_IDS["<|endoftext|>"]: ids["<|endoftext|>"]})
+    if version == "2.1":  # LLaDA2.1-mini states the q/k norm its configuration class defaults to (no file of 2.1 found: docs/models.md)
         config["use_qk_norm"] = True
     return config
 

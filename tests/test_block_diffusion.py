@@ -179,7 +179,7 @@ def test_sdar_loads_from_its_release_files_with_its_ids_and_block_rule(sdar_dir,
     assert set(SDAR_FILES) <= {p.name for p in sdar_dir.iterdir()}
     config = json.loads((sdar_dir / "config.json").read_text())
     assert sdar.spec.family == "sdar" and sdar.spec.loop == "block-causal" and isinstance(sdar, LOOP_PROTOCOLS["block-causal"])
-    assert sdar.spec.mask_id == config["mask_token_id"] == sdar.tokenizer.token_id("<|MASK|>")
+    assert "mask_token_id" not in config and sdar.spec.mask_id == sdar.tokenizer.token_id("<|MASK|>")  # the hub's config.json names none
     assert sdar.spec.eos_id == sdar.tokenizer.token_id("<|im_end|>") and sdar.spec.pad_id == sdar.tokenizer.token_id("<|endoftext|>")
     assert sdar.spec.block.size == 4 and sdar.spec.block.threshold == 0.85 and sdar.spec.block.prompt == "chat"
     assert sdar.model.cfg.qk_norm and sdar.model.cfg.head_dim == config["head_dim"] != config["hidden_size"] // config["num_attention_heads"]

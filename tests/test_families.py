@@ -434,3 +434,102 @@ def test_the_embedded_model_has_a_chat_template_and_takes_no_instructions():
     spec = load_denoiser(None).spec
     assert spec.chat_template and spec.instruct is False and not spec.takes_instructions
     assert inspect_checkpoint(embedded_model_path()).instruct is False  # `sharpen models` lists it without "(instruct)"
+
+
+# -- classifier-free guidance: LLaDA's reference generate, cfg_scale > 0 --------------------------
+
+def llada_reference_generate(den, prompt: torch.Tensor, steps: int, gen_length: int, block_length: int, cfg_scale: float) -> torch.Tensor:
+    """LLaDA's generate.py (GSAI-ML/LLaDA) at temperature 0 with low-confidence remasking, written out
+    from its math: the unconditional pass masks the prompt, logits = un + (cfg + 1) * (cond - un),
+    each block's masks spread evenly over its steps (the remainder first), the most confident commit.
+    Its one change: the ids sharpen never proposes (the mask, control bytes, stray specials) are banned."""
+    mask_id, banned = den.spec.mask_id, den.banned_ids
+    x = torch.full((1, prompt.shape[1] + gen_length), mask_id, dtype=torch.long)
+    x[:, :prompt.shape[1]] = prompt
+    prompt_index = x != mask_id
+    blocks = gen_length // block_length
+    steps_per_block = steps // blocks
+    for b in range(blocks):
+        start, end = prompt.shape[1] + b * block_length, prompt.shape[1] + (b + 1) * block_length
+        masked = int((x[:, start:end] == mask_id).sum())
+        counts = [masked // steps_per_block + (1 if i < masked % steps_per_block else 0) for i in range(steps_per_block)]
+        for i in range(steps_per_block):
+            mask_index = x == mask_id
+            if cfg_scale > 0:
+                un_x = x.clone()
+                un_x[prompt_index] = mask_id
+                logits, un_logits = den.logits(torch.cat([x, un_x])).chunk(2)
+                logits = un_logits + (cfg_scale + 1) * (logits - un_logits)
+            else:
+                logits = den.logits(x)
+            logits = logits.index_fill(-1, banned, float("-inf"))
+            x0 = logits.argmax(-1)
+            x0_p = torch.gather(torch.softmax(logits.double(), -1), -1, x0[..., None]).squeeze(-1)
+            x0_p[:, end:] = -float("inf")
+            x0 = torch.where(mask_index, x0, x)
+            confidence = torch.where(mask_index, x0_p, torch.tensor(-float("inf"), dtype=x0_p.dtype))
+            chosen = torch.topk(confidence[0], k=counts[i]).indices
+            x[0, chosen] = x0[0, chosen]
+    return x[0, prompt.shape[1]:]
+
+
+@pytest.fixture(scope="module")
+def llada_plain(ckpt):
+    """The LLaDA fixture in float32 with no end ids, so sharpen's loop runs the reference's plain decode
+    (no pad/eos rules, no length pass): what is compared is the guidance."""
+    den = load_denoiser(ckpt["llada-tied-bias"])
+    den.spec = dataclasses.replace(den.spec, pad_id=None, eos_id=None, other_end_ids=())
+    return den
+
+
+@pytest.mark.parametrize("cfg_scale, steps, gen_length, block_length", [(0.0, 8, 8, 8), (0.5, 8, 8, 8), (1.0, 6, 12, 4),
+                                                                        (2.0, 4, 8, 4), (3.0, 3, 6, 6)])
+def test_cfg_scale_decodes_as_llada_reference_generate(llada_plain, cfg_scale, steps, gen_length, block_length):
+    from sharpen.core.canvas import Canvas
+    from sharpen.core.loops import LoopRules
+    from sharpen.core.loops.masked import denoise
+    from sharpen.core.settings import Sampling
+
+    den = llada_plain
+    prompt = torch.tensor([den.tokenizer.encode("def add(a, b):\n    return a + b\n\nclass Point:\n")])
+    reference = llada_reference_generate(den, prompt, steps, gen_length, block_length, cfg_scale)
+    ids = tuple(prompt[0].tolist()) + (den.spec.mask_id,) * gen_length
+    canvas = Canvas(ids, (range(prompt.shape[1], len(ids)),), (Span(len(TEXT), len(TEXT)),), (0, 0), den.spec.mask_id)
+    settings = Sampling(steps=steps, block_size=block_length, cache="none", schedule="fixed", cfg_scale=cfg_scale)
+    rules = LoopRules(pad_ends_span=False, defer_end=False, expected_length=False)
+    frames = list(denoise(den, canvas, settings, rules=rules))
+    assert frames[-1].final_ids[0][0] == tuple(reference.tolist())
+    assert frames[-1].step == steps  # as many guided passes as the reference's steps
+    if cfg_scale > 0:  # guidance changes the decode here (else the test would not see it)
+        assert reference.tolist() != llada_reference_generate(den, prompt, steps, gen_length, block_length, 0.0).tolist()
+
+
+def test_cfg_scale_with_the_cache_guides_both_halves(llada_plain):
+    """The dual cache holds the conditional and the unconditional rows (2B): the first step, which
+    fills it, equals the uncached guided step (later ones read the cache: approximate, as without guidance)."""
+    from sharpen.core.canvas import Canvas
+    from sharpen.core.loops import LoopRules
+    from sharpen.core.loops.masked import denoise
+    from sharpen.core.settings import Sampling
+
+    den = llada_plain
+    prompt = den.tokenizer.encode("def add(a, b):\n    return a + b\n")
+    ids = tuple(prompt) + (den.spec.mask_id,) * 8
+    canvas = Canvas(ids, (range(len(prompt), len(ids)),), (Span(0, 0),), (0, 0), den.spec.mask_id)
+    rules = LoopRules(pad_ends_span=False, defer_end=False, expected_length=False)
+    runs = [list(denoise(den, canvas, Sampling(steps=8, block_size=8, cache=cache, schedule="fixed", cfg_scale=1.0), rules=rules))
+            for cache in ("none", "dual")]
+    assert runs[0][1]._ids.tolist() == runs[1][1]._ids.tolist()
+    assert runs[1][-1].done and len(runs[1]) == len(runs[0])
+
+
+@pytest.mark.parametrize("name", ["dream", "open-dcoder"])
+def test_cfg_scale_is_refused_where_the_reference_has_none(ckpt, tmp_path, capsys, name):
+    from sharpen.app.cli import main
+
+    target = tmp_path / "f.py"
+    target.write_text(TEXT)
+    code = main([str(target), "--apply-edit", "2:12-2:17", "--in-place", "--steps", "2", "--model", str(ckpt[name]), "--cfg-scale", "1.5"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--cfg-scale" in err and "reference has none" in err, err
+    assert target.read_text() == TEXT

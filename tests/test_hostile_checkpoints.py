@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -250,6 +252,13 @@ GEMMA_CASES = [
     ("sliding-window-negative", _text("sliding_window", -1), "text_config.sliding_window=-1 is out of range"),
     ("pad-id-past-vocab", _text("pad_token_id", 5000), "text_config.pad_token_id=5000 is outside the vocabulary of 456"),
     ("per-layer-config-string", _text("per_layer_config", "x"), "per_layer_config must be an object"),
+    # a pad is one token: a list of them is a lie transformers passes over (its embedding takes no padding_idx list)
+    ("pad-id-list", _text("pad_token_id", [0, 1]), "text_config.pad_token_id=[0, 1] must be one token id, not a list"),
+    ("pad-id-list-of-one", _text("pad_token_id", [0]), "text_config.pad_token_id=[0] must be one token id, not a list"),
+    ("generation-pad-id-list", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(pad_token_id=[0, 1])),
+     "pad_token_id=[0, 1] must be one token id, not a list"),
+    ("top-pad-id-list", lambda m: edit_json(m / "config.json", lambda c: c.update(pad_token_id=[0, 1])),
+     "pad_token_id=[0, 1] must be one token id, not a list"),
     ("dtype-name", lambda m: edit_json(m / "config.json", lambda c: c.update(dtype="x")), "dtype='x' is not a dtype"),
     ("canvas-null", lambda m: edit_json(m / "config.json", lambda c: c.update(canvas_length=None)), "canvas_length=None"),
     ("stability-past-int64", lambda m: edit_json(m / "generation_config.json", lambda g: g.update(stability_threshold=10**19)), "sharpen cannot use"),
@@ -398,3 +407,30 @@ def test_slow_tokenizer_files_are_read_as_untrusted_input(cli, tmp_path, name):
     fifo(model / name)
     code, line = cli(model)
     assert code == 4 and f"{name} is a FIFO, not a regular file" in line, line
+
+
+# -- Library output: transformers' own warnings never reach the user's stderr ----------------------
+
+def _last_layer_sliding(model: Path) -> None:
+    # transformers warns "Last layer must use `full_attention`..." on stderr (its own handler) and forces it
+    edit_json(model / "config.json", lambda c: c["text_config"].update(layer_types=["full_attention", "sliding_attention"]))
+
+
+@pytest.mark.parametrize("lie", [None, "pad-list"])
+def test_library_warnings_stay_off_stderr_in_headless(gemma_dir, tmp_path, lie):
+    """A success prints nothing on stderr and an error exactly one line, though transformers logs
+    its own warning about the checkpoint (a separate process: transformers' handler is made on import)."""
+    model = copy(gemma_dir, tmp_path)
+    _last_layer_sliding(model)
+    if lie:
+        edit_json(model / "generation_config.json", lambda g: g.update(pad_token_id=[0, 1]))
+    target = tmp_path / "f.py"
+    target.write_bytes(ORIGINAL)
+    proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:12-2:17", "--in-place", "--steps", "2",
+                           "--model", str(model), "--device", "cpu"], capture_output=True, text=True, timeout=300)
+    if lie is None:
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        assert target.read_bytes() != ORIGINAL
+    else:
+        assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and "must be one token id" in proc.stderr, proc.stderr
+        assert target.read_bytes() == ORIGINAL

@@ -237,3 +237,194 @@ def test_each_release_file_set_edits_a_file_in_place(kind, tmp_path):
     assert proc.returncode == 0, proc.stderr
     edited = target.read_text()
     assert edited.startswith("def add(a, b):\n    return ") and edited.endswith("\n")
+
+
+# -- the releases' own files (tests/releases/): fixtures change sizes only ------------------------
+
+def _block_fixtures():
+    from block_checkpoints import write_fast_dllm_v2, write_sdar
+
+    return {"SDAR-8B-Chat": lambda p: write_sdar(p), "SDAR-4B-Chat": lambda p: write_sdar(p, release="SDAR-4B-Chat"),
+            "Fast_dLLM_v2_7B": write_fast_dllm_v2}
+
+
+def test_every_release_record_names_its_source():
+    from release_checkpoints import RELEASES, facts, recorded, source
+
+    assert {"SDAR-8B-Chat", "SDAR-4B-Chat", "Fast_dLLM_v2_7B", "LLaDA2.0-mini"} <= set(recorded())
+    for release in recorded():
+        line = source(release)
+        assert "\n" not in line and "read 20" in line, release  # one line: repository and commit (or page), date read
+        assert "config.json" in facts(release) and facts(release)["files"], release
+    assert not [p for p in RELEASES.iterdir() if p.is_dir() and not (p / "facts.json").exists()]
+
+
+@pytest.mark.parametrize("release", ["SDAR-8B-Chat", "SDAR-4B-Chat", "Fast_dLLM_v2_7B"])
+def test_a_fixture_has_exactly_the_releases_keys_and_values(release, tmp_path):
+    """config.json, generation_config.json, special_tokens_map.json, tokenizer_config.json and
+    added_tokens.json: the release's keys, none added, none dropped or renamed; every value the
+    release's except the sizes and the special ids (moved with their tokens); the weight names of
+    its index; its file set."""
+    from block_checkpoints import LAYERS
+    from release_checkpoints import facts, key_drift, special_tokens, weight_names
+
+    record = facts(release)
+    path = _block_fixtures()[release](tmp_path / release)
+    sizes = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+             "max_window_layers", "vocab_size", "layer_types"}
+    for name in ("config.json", "generation_config.json", "special_tokens_map.json", "tokenizer_config.json", "added_tokens.json"):
+        if name not in record:
+            assert not (path / name).exists(), name
+            continue
+        written = json.loads((path / name).read_text())
+        assert key_drift(written, record[name]) == [], name
+        for key, value in record[name].items():
+            if key in sizes or key.endswith("_token_id") or key in ("added_tokens_decoder", "chat_template") or name == "added_tokens.json":
+                continue  # sizes, and ids: checked below through their tokens
+            assert written[key] == value, (name, key)
+    tiny = Tokenizer.from_directory(path)
+    for release_id, text in special_tokens(record):  # every special id moved with its token, in the release's order
+        assert tiny.token_id(text) is not None, text
+    ids = [tiny.token_id(text) for _, text in special_tokens(record)]
+    assert ids == sorted(ids) and ids == list(range(ids[0], ids[0] + len(ids)))
+    moved = dict(zip([i for i, _ in special_tokens(record)], ids))
+    if "added_tokens.json" in record:  # SDAR's calls 151669 <MASK> where its tokenizer says <|MASK|>: the id keeps its place
+        assert json.loads((path / "added_tokens.json").read_text()) == {t: moved[i] for t, i in record["added_tokens.json"].items()}
+    config = json.loads((path / "config.json").read_text())
+    for key in [k for k in record["config.json"] if k.endswith("_token_id") and record["config.json"][k] is not None]:
+        texts = dict(special_tokens(record))
+        assert tiny.token_id(texts[record["config.json"][key]]) == config[key], key
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"]) == set(weight_names(record, LAYERS))
+    assert set(record["files"]) <= {p.name for p in path.iterdir()}
+
+
+@pytest.mark.parametrize("version", ["2.0", "2.1"])
+def test_the_llada2_fixture_has_the_releases_config_keys(tmp_path, version):
+    """LLaDA2.0-mini's config.json (the one file of it found): the fixture's keys are the release's;
+    2.1 adds use_qk_norm, which no file of 2.1 at hand confirms (docs/models.md)."""
+    from moe_checkpoints import write_llada2
+    from release_checkpoints import facts, key_drift
+
+    record = facts("LLaDA2.0-mini")["config.json"]
+    written = json.loads((write_llada2(tmp_path / "llada2", version=version) / "config.json").read_text())
+    assert key_drift(written, record) == ([] if version == "2.0" else ["adds use_qk_norm"])
+    sizes = {"num_hidden_layers", "hidden_size", "intermediate_size", "first_k_dense_replace", "max_position_embeddings",
+             "moe_intermediate_size", "num_experts_per_tok", "num_attention_heads", "num_experts", "num_key_value_heads", "head_dim",
+             "num_shared_experts", "vocab_size", "rotary_dim", "n_group", "topk_group", "pad_token_id"}
+    assert {k: v for k, v in written.items() if k not in sizes and k in record} == {k: v for k, v in record.items() if k not in sizes}
+
+
+def test_key_drift_catches_a_fixture_that_adds_the_training_copys_keys(tmp_path):
+    """SDAR's training copy of config.json adds block_size and mask_token_id: the hub's does not."""
+    from block_checkpoints import write_sdar
+    from release_checkpoints import facts, key_drift
+
+    path = write_sdar(tmp_path / "sdar", training_copy=True)
+    drift = key_drift(json.loads((path / "config.json").read_text()), facts("SDAR-8B-Chat")["config.json"])
+    assert sorted(drift) == ["adds block_size", "adds mask_token_id"]
+    renamed = {("bd_size_" if k == "bd_size" else k): v for k, v in facts("Fast_dLLM_v2_7B")["config.json"].items()}
+    assert sorted(key_drift(renamed, facts("Fast_dLLM_v2_7B")["config.json"])) == ["adds bd_size_", "drops bd_size"]
+
+
+@pytest.fixture(scope="module")
+def sdar_as_shipped(tmp_path_factory):
+    from block_checkpoints import write_sdar
+
+    return write_sdar(tmp_path_factory.mktemp("sdar-hub") / "SDAR-8B-Chat")
+
+
+def test_sdar_chat_as_shipped_loads_with_block_4_and_the_tokenizers_mask(sdar_as_shipped):
+    config = json.loads((sdar_as_shipped / "config.json").read_text())
+    assert "block_size" not in config and "mask_token_id" not in config
+    den = load_denoiser(sdar_as_shipped)
+    assert den.spec.block.size == 4  # generate.py's --block_length default, the default releases' block size
+    assert den.spec.mask_id == den.tokenizer.token_id("<|MASK|>")
+
+
+@pytest.mark.parametrize("mode", ["infill", "rewrite"])
+def test_sdar_chat_as_shipped_edits_headless(sdar_as_shipped, tmp_path, mode):
+    target = tmp_path / "f.py"
+    original = "def add(a, b):\n    return a + b\n"
+    target.write_text(original)
+    extra = ["--mode", "rewrite", "--instruction", "use sum"] if mode == "rewrite" else []
+    proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:12-2:17", "--model", str(sdar_as_shipped),
+                           "--device", "cpu", "--steps", "4", "--in-place", *extra], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # a success prints nothing on stderr
+    edited = target.read_text()
+    assert edited.startswith("def add(a, b):\n    return ") and edited.endswith("\n")
+
+
+@pytest.mark.parametrize("name, size", [("SDAR-4B-Chat-b16", 16), ("SDAR-1.7B-Chat-b64", 64), ("SDAR-8B-Chat", 4)])
+def test_a_block_size_variant_takes_its_size_from_its_name(tmp_path, name, size):
+    from block_checkpoints import write_sdar
+
+    path = write_sdar(tmp_path / name)
+    assert load_denoiser(path).spec.block.size == size
+    # in a hub cache the directory is the snapshot's hash: the repository's name says it
+    cached = tmp_path / "hub" / f"models--JetLM--{name}" / "snapshots" / "0123abcd"
+    cached.parent.mkdir(parents=True)
+    path.rename(cached)
+    assert load_denoiser(cached).spec.block.size == size
+
+
+def test_a_config_block_size_is_used_and_a_bad_one_refused(tmp_path):
+    from block_checkpoints import write_sdar
+
+    path = write_sdar(tmp_path / "SDAR-8B-Chat-b16", training_copy=True)
+    assert load_denoiser(path).spec.block.size == 4  # the file says 4: it wins over the name
+    config = json.loads((path / "config.json").read_text())
+    config["block_size"] = 0
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError, match="block_size=0"):
+        load_denoiser(path)
+
+
+def test_cfg_scale_is_refused_by_a_block_causal_release(sdar_as_shipped, tmp_path):
+    target = tmp_path / "f.py"
+    target.write_text("x = 1\n")
+    proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "1:5-1:6", "--model", str(sdar_as_shipped),
+                           "--device", "cpu", "--in-place", "--cfg-scale", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "sdar models' reference has none" in proc.stderr, proc.stderr
+    assert target.read_text() == "x = 1\n"
+
+
+def _released(kind: str, path: Path) -> Path:
+    from block_checkpoints import write_fast_dllm_v2, write_sdar, write_stable_diffcoder
+    from moe_checkpoints import write_llada2
+
+    return {"SDAR-4B-Chat": lambda: write_sdar(path, release="SDAR-4B-Chat"), "SDAR-1.7B-Chat": lambda: write_sdar(path, tie=True),
+            "Fast_dLLM_v2_7B": lambda: write_fast_dllm_v2(path), "Stable-DiffCoder-8B-Instruct": lambda: write_stable_diffcoder(path),
+            "LLaDA2.0-mini": lambda: write_llada2(path), "LLaDA2.1-mini": lambda: write_llada2(path, version="2.1")}[kind]()
+
+
+@pytest.mark.parametrize("kind", ["SDAR-4B-Chat", "SDAR-1.7B-Chat", "Fast_dLLM_v2_7B", "Stable-DiffCoder-8B-Instruct", "LLaDA2.0-mini",
+                                  "LLaDA2.1-mini"])
+def test_each_block_release_infills_and_rewrites_headless(kind, tmp_path):
+    """The releases' config files at tiny sizes: infill and rewrite headless exit 0, the file edited
+    in place, nothing on stderr."""
+    path = _released(kind, tmp_path / kind)
+    for extra in ([], ["--mode", "rewrite", "--instruction", "use sum"]):
+        target = tmp_path / "f.py"
+        target.write_text("def add(a, b):\n    return a + b\n")
+        more = ["--editing", "off"] if kind == "LLaDA2.0-mini" else []
+        proc = subprocess.run([sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:12-2:17", "--model", str(path),
+                               "--device", "cpu", "--steps", "4", "--in-place", *more, *extra], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and proc.stderr == "", (extra, proc.stderr)
+        edited = target.read_text()
+        assert edited.startswith("def add(a, b):\n    return ") and edited.endswith("\n")
+
+
+def test_sdar_30b_a3b_loads_without_the_training_copys_keys(tmp_path):
+    """SDAR-30B-A3B's hub config.json was not found (docs/models.md); serving code (sglang, lmdeploy)
+    hard-codes its mask and block size as for the dense releases, whose hub files lack both keys:
+    without them it loads with blocks of 4 and the tokenizer's <|MASK|>."""
+    from moe_checkpoints import write_sdar_moe
+
+    path = write_sdar_moe(tmp_path / "SDAR-30B-A3B-Chat")
+    config = json.loads((path / "config.json").read_text())
+    del config["block_size"], config["mask_token_id"]
+    (path / "config.json").write_text(json.dumps(config))
+    den = load_denoiser(path)
+    assert den.spec.block.size == 4 and den.spec.mask_id == den.tokenizer.token_id("<|MASK|>")

@@ -41,7 +41,8 @@ import torch
 from ...kernels import step as kernels
 from ...kernels.reference import row_keys, seed_key
 from ..canvas import Canvas
-from ..models.denoiser import DenoiserLike
+from ..models.denoiser import DenoiserLike, ModelSpec
+from ..models.families import has_guidance
 from ..errors import UsageError
 from ..settings import CPU_BLOCK_SIZE, Sampling, default_block_size
 from .frame import Frame, slot_states
@@ -149,6 +150,9 @@ def denoise(
 
     _renoise_rewrites(denoiser, canvas, rules, x, confidence, generator)
     denoised = x == mask_id  # [B, T] the positions this run fills
+    refuse_unguided(denoiser.spec, settings)
+    if settings.cfg_scale > 0:  # from here every pass is guided; the prompt is what is not masked now
+        denoiser = Guided(denoiser, ~denoised, settings.cfg_scale)
     end_ids = torch.tensor(denoiser.spec.end_ids, dtype=torch.long, device=device)
     infill_slots = [r for span, r in zip(canvas.spans, canvas.slots) if span.mode == "infill" and len(r)]
     # An infill span's first slot holds content, as in training (no trained span is empty).
@@ -241,6 +245,35 @@ def denoise(
             yield frame(step, total)
         previous_host = block_host
     yield frame(step, total, done=True)
+
+
+def refuse_unguided(spec: ModelSpec, settings: Sampling) -> None:
+    """--cfg-scale on a model whose reference generate has no classifier-free guidance: one line, exit 2."""
+    if settings.cfg_scale > 0 and not has_guidance(spec.family):
+        raise UsageError(f"--cfg-scale is classifier-free guidance as LLaDA's reference generate does it; "
+                         f"{spec.family} models' reference has none (drop --cfg-scale)")
+
+
+class Guided:
+    """Classifier-free guidance around a denoiser, as LLaDA's generate does it at cfg_scale > 0:
+    each pass also runs the unconditional canvas (every prompt position masked) as the second
+    half of one batch, and the logits are un + (scale + 1) * (cond - un). A KV cache holds both
+    halves (2B rows). Everything else is the wrapped denoiser's."""
+
+    def __init__(self, denoiser, prompt: torch.Tensor, scale: float) -> None:
+        self._inner, self._prompt, self._scale = denoiser, prompt, scale  # prompt: [B, T] bool
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def new_cache(self, batch: int, length: int):
+        return self._inner.new_cache(2 * batch, length)
+
+    def logits(self, x: torch.Tensor, want: torch.Tensor | None = None, run: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+        unconditional = x.masked_fill(self._prompt, self._inner.spec.mask_id)  # [B, T]
+        both = self._inner.logits(torch.cat([x, unconditional]), want=want, run=run, cache=cache)  # [2B, W, V]
+        cond, uncond = both.chunk(2)  # [B, W, V] each
+        return uncond + (self._scale + 1) * (cond - uncond)
 
 
 def _parameters(denoiser) -> int:

@@ -22,7 +22,8 @@ from .assemble import assemble
 from .derived import DerivedShards
 from .denoiser import Denoiser, ModelSpec
 from ..errors import ModelError
-from .families.hf import GENERATION_CONFIG_KEY, TOKENIZER_CONFIG_KEY, read_generation_config, read_tokenizer_config
+from .families.hf import (GENERATION_CONFIG_KEY, RELEASE_NAME_KEY, TOKENIZER_CONFIG_KEY, read_generation_config, read_tokenizer_config,
+                          release_name)
 from .model import ModelConfig, Transformer, on_meta_device
 from .quantize import check_quantization
 from .shards import Shards
@@ -196,12 +197,12 @@ def load_denoiser(
         shift_logits=family.shift_logits,
         chat_template=ids.get("chat_template"),
         instruct=ids.get("instruct"),
-        name=config.get("name", path.name),
+        name=config.get("name", release_name(path)),
         other_end_ids=tuple(ids.get("end_ids", ())),
         tempered_scores=family.tempered_scores,
         default_refresh=family.default_refresh,
         loop=family.loop,
-        block=family.block_rule(config) if family.block_rule else None,
+        block=family.block_rule({**config, RELEASE_NAME_KEY: release_name(path)}) if family.block_rule else None,
     )
 
     torch_device = torch.device(device)

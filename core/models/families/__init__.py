@@ -13,7 +13,7 @@ from ...errors import ModelError
 from . import dream, fast_dllm, llada, llada2, open_dcoder, sdar, sdar_moe, seed_diffcoder, sharpen_native
 from .family import Family, expand_weight_map
 
-__all__ = ["FAMILIES", "Family", "Route", "expand_weight_map", "family_for", "known_families", "route"]
+__all__ = ["FAMILIES", "Family", "Route", "expand_weight_map", "family_for", "has_guidance", "known_families", "route"]
 
 FAMILIES: tuple[Family, ...] = (sharpen_native.SHARPEN, llada.LLADA, dream.DREAM, open_dcoder.OPEN_DCODER, llada2.LLADA2, sdar.SDAR,
                                 sdar_moe.SDAR_MOE, seed_diffcoder.STABLE_DIFFCODER,
@@ -35,6 +35,11 @@ class Route:
     loader: str  # one of LOADERS
     loop: str  # the denoising loop its model runs (core/models/denoiser.py LOOPS)
     family: str  # registry name, or the config's model_type for remote code
+
+
+def has_guidance(family: str) -> bool:
+    """Whether the family's reference generate takes classifier-free guidance (cfg_scale)."""
+    return any(f.name == family and f.guidance for f in FAMILIES)
 
 
 def known_families() -> list[str]:

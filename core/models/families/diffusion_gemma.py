@@ -223,10 +223,19 @@ def _ids(value) -> list[int]:
     return list(values)
 
 
+def check_pad_ids(where: str, found: dict, prefix: str = "") -> None:
+    """A pad is one token. Ends may be a list (generation_config.json's eos_token_id is), a pad
+    may not: a list there is a file that lies, refused in one line rather than read as its first id."""
+    value = found.get("pad_token_id")
+    if isinstance(value, list):
+        raise ModelError(f"{where}: {prefix}pad_token_id={value!r} must be one token id, not a list")
+
+
 def gemma_spec(path: Path, config: dict, tokenizer: Tokenizer, generation: dict) -> ModelSpec:
     """Special ids from the files: end tokens from generation_config.json and config.json, the
     end-of-turn token the chat template closes an answer with, the template itself."""
     text = config.get("text_config") or {}
+    check_pad_ids(f"{path}/generation_config.json", generation)
     vocab = int(text.get("vocab_size", tokenizer.vocab_size))
     ends = _ids(generation.get("eos_token_id")) or _ids(text.get("eos_token_id"))
     turn_end = _token(tokenizer, END_NAMES)
@@ -270,6 +279,8 @@ def check_config(path: Path, config: dict) -> None:
     if not isinstance(text, dict):
         raise ModelError(f"{path}/config.json has no text_config; it is not a DiffusionGemma release")
     untrusted.check_numbers(config, f"{path}/config.json")
+    check_pad_ids(f"{path}/config.json", config)
+    check_pad_ids(f"{path}/config.json", text, "text_config.")
     for key, limit in LIMITS.items():
         value = text.get(key)
         if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= limit):

@@ -26,6 +26,9 @@ class Family:
     derived: Callable[[ModelConfig], dict] | None = None
     loop: str = "masked"  # the denoising loop its models run (core/models/denoiser.py LOOPS)
     block_rule: Callable[[dict], object] | None = None  # block-causal: config.json -> core.denoiser.BlockRule
+    # The reference generate takes cfg_scale (classifier-free guidance, the prompt masked as the
+    # unconditional pass): LLaDA's generate.py. Dream's diffusion_generate, SDAR's, ... have none.
+    guidance: bool = False
     # Where model_type alone is not enough (Stable-DiffCoder says "llama"): config.json -> is it this family?
     matches: Callable[[dict], bool] | None = None
 

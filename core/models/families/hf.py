@@ -17,6 +17,17 @@ from ..jsonfile import read_json_object
 # keys of the config dict; no real config.json uses them.
 TOKENIZER_CONFIG_KEY = "tokenizer_config"
 GENERATION_CONFIG_KEY = "generation_config"
+# ... and the release's name (the checkpoint directory, or the hub repository a cached snapshot
+# came from) to `block_rule`: SDAR's block-size variants say their block size only there.
+RELEASE_NAME_KEY = "release_name"
+
+
+def release_name(path: Path) -> str:
+    """The release a checkpoint directory holds: a hub cache snapshot
+    (models--ORG--NAME/snapshots/HASH) is named by its repository, any other directory by itself."""
+    if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        return path.parent.parent.name.split("--")[-1]
+    return path.name
 
 
 def read_generation_config(path: Path) -> dict:

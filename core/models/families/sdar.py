@@ -3,13 +3,22 @@
 The releases (SDAR-1.7B-Chat, -4B-Chat, -8B-Chat) are Qwen3 checkpoints continued as block
 diffusion models: Qwen3's weight names (no q/k/v biases, an RMSNorm over each head's queries
 and keys), `head_dim` stated in config.json, and attention that is bidirectional inside a
-block of `block_size` (4) tokens and causal across blocks. The mask is `<|MASK|>` (151669,
-config.json `mask_token_id`); the chat template is Qwen3's, ending an answer with <|im_end|>.
+block of 4 tokens and causal across blocks. The mask is `<|MASK|>` (151669), named by
+tokenizer_config.json `mask_token`; the chat template is Qwen3's, ending an answer with <|im_end|>.
+
+What the releases ship: the hub's config.json has neither `block_size` nor `mask_token_id`
+(JetAstra/SDAR keeps it as `training/model/SDAR-8B-Chat/config copy.json`; the `config.json`
+beside it, with both keys, is the training copy). So the block size comes, in this order, from
+config.json `block_size` when a file has it, from the release's name (the block-size variants
+are named `SDAR-4B-Chat-b16`, ... `-b64`, README: "block sizes of 8, 16, 32, 64"), else 4: the
+default model's block size and generate.py's `--block_length` default.
 Its reference loop (JetAstra/SDAR generate.py) commits per block with low-confidence-dynamic
 remasking at threshold 0.85. The MoE release (SDAR-30B-A3B, `model_type: sdar_moe`) is not
 this family.
 """
 from __future__ import annotations
+
+import re
 
 from ..denoiser import BlockRule
 from ..model import ModelConfig
@@ -37,6 +46,10 @@ QWEN3_WEIGHT_MAP = {
 
 # generate.py's default for its default remasking (low_confidence_dynamic).
 SDAR_THRESHOLD = 0.85
+# The default releases' block size: generate.py's --block_length default, the README's settings.
+DEFAULT_BLOCK = 4
+# The block-size variants' names end in -b8 / -b16 / -b32 / -b64 (SDAR-1.7B-Chat-b32, ...).
+VARIANT_NAME = re.compile(r"-b(\d+)$", re.IGNORECASE)
 
 
 def qwen3_config(c: dict) -> ModelConfig:
@@ -61,11 +74,22 @@ def qwen3_config(c: dict) -> ModelConfig:
     )
 
 
+def release_block_size(c: dict) -> int:
+    """config.json's block_size, else the one the release's name states, else DEFAULT_BLOCK."""
+    if "block_size" in c:
+        size = c["block_size"]
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"block_size={size!r} must be a whole number of at least 1")
+        return size
+    named = VARIANT_NAME.search(str(c.get(hf.RELEASE_NAME_KEY) or ""))
+    if named and int(named.group(1)) >= 1:
+        return int(named.group(1))
+    return DEFAULT_BLOCK
+
+
 def block_rule(c: dict) -> BlockRule:
-    size = c.get("block_size")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise ValueError(f"block_size={size!r} must be a whole number of at least 1")
-    return BlockRule(size=size, threshold=SDAR_THRESHOLD, prompt="chat")  # the releases are chat models
+    # --block-size replaces the size afterwards (dataclasses.replace on spec.block): nothing else here depends on it.
+    return BlockRule(size=release_block_size(c), threshold=SDAR_THRESHOLD, prompt="chat")  # the releases are chat models
 
 
 def _special_ids(config: dict, tokenizer) -> dict:
