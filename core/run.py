@@ -118,6 +118,7 @@ class Done:
             "denoise_seconds": round(result.seconds, 4),
             "tokens_per_second": round(result.tokens / max(result.seconds, 1e-9), 2),
             "sharp_per_step": list(self.sharp_per_step),
+            "settings": dict(result.settings),  # what the loop ran with (steps, block size, thresholds)
             "changes": [{"start": c.start, "end": c.end, "text": c.text} for c in result.changes().changes],
             "spans": [
                 {"start": r.span.start, "end": r.span.end, "mode": r.span.mode, "text": r.text, "tokens": r.tokens,
@@ -142,7 +143,8 @@ class Done:
         )
         new_text = ChangeSet.of((r.span.start, r.span.end, r.text) for r in spans).apply(request.text)
         result = EditResult(new_text, spans, int(data["steps"]), float(data.get("denoise_seconds", 0.0)), (new_text,),
-                            prompt_tokens=int(data.get("prompt_tokens", 0)), context_cut=bool(data.get("context_cut", False)))
+                            prompt_tokens=int(data.get("prompt_tokens", 0)), context_cut=bool(data.get("context_cut", False)),
+                            settings=dict(data.get("settings") or {}))
         return cls(result, Progress.from_json(data["last"]), data.get("model", ""), data.get("noise", "mask"),
                    tuple(data.get("sharp_per_step", ())))
 
@@ -272,16 +274,15 @@ class Runner:
     def _events(self, denoiser, request: EditRequest, should_stop, every: float | None) -> Iterator[Event]:
         import torch  # deferred: the editor imports this module before its first paint
 
-        from .engine import edit_options, run_edit
+        from .engine import run_request
 
-        options = edit_options(request.editing, request.path)
         end_ids, mask_id = set(denoiser.spec.end_ids), denoiser.spec.mask_id
         tok = denoiser.tokenizer
         # Kept on the device, read once at the end: reading them per step was a host sync inside
         # every block (docs/speed.md); progress below is built only at the consumer's rate.
         sharp_per_step: list = []
         last_sent = float("-inf")
-        for update in run_edit(denoiser, request.text, list(request.spans), request.sampling, should_stop=should_stop, **options):
+        for update in run_request(denoiser, request, should_stop):
             frame = update.frame
             if update.result is not None:
                 last = progress_of(frame, tok, end_ids, mask_id)

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from sharpen.core.models import families
-from sharpen.core.models.denoiser import LOOPS, ModelSpec
+from sharpen.core.models.denoiser import ModelSpec
 from sharpen.core.errors import ModelError
-from sharpen.core.loops import LOOP_PROTOCOLS, SLOT_STATES, run_loop
+from sharpen.core.loops import LOOP_PROTOCOLS, LOOPS, SLOT_STATES, run_loop
 from sharpen.core.loops.frame import EDITED, MASKED, SHARP, Frame
 from sharpen.core.models.model import Attend, ModelConfig, Transformer, block_causal_mask
 
@@ -58,9 +58,19 @@ def test_every_model_kind_holds_to_its_protocol_and_its_loop_yields_public_frame
         assert frames[0].unsharp_name == ("noise" if kind == "random-token" else "masked")
 
 
-def test_a_kind_is_declared_once_and_an_unknown_one_is_refused():
-    with pytest.raises(ValueError, match="unknown loop kind 'diffusion'; known: masked, random-token, block-causal"):
-        ModelSpec(family="x", mask_id=1, pad_id=0, eos_id=2, loop="diffusion")
+def test_a_kind_is_declared_once_and_an_unknown_one_is_refused(tiny_denoiser):
+    import copy
+    import dataclasses
+
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.spans import Span
+
+    with pytest.raises(ValueError, match="a loop kind must be a name"):
+        ModelSpec(family="x", mask_id=1, pad_id=0, eos_id=2, loop="")
+    odd = copy.copy(tiny_denoiser)
+    odd.spec = dataclasses.replace(tiny_denoiser.spec, loop="diffusion")
+    with pytest.raises(ModelError, match="no denoising loop for models of kind 'diffusion'; known: masked, random-token, block-causal"):
+        apply_edit(odd, "x = 1\n", [Span(4, 5)])
 
 
 def test_routing_from_config_json_is_decided_in_core():
