@@ -4,6 +4,7 @@ the backbone's attention policy (block-causal masks, read-only caches) is what b
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -554,3 +555,127 @@ async def test_the_editor_shows_blocks_sharpening_in_order_and_keeps_the_text_ou
         assert pane.phase == IDLE
         new = editor.buffer_text
         assert new[:start] == TEXT[:start] and new.endswith(TEXT[end:])
+
+
+# --- every block-causal knob honoured where the reference has it, refused where not ------------------
+
+
+class Forced:
+    """A model whose logits make the block loop write `plan` (slot index -> token id), every slot
+    sure of it at once: what a reference does with an end token mid-block is then plain to see."""
+
+    def __init__(self, inner, slots_start: int, plan: dict[int, int], fill: int) -> None:
+        self.inner, self.start, self.plan, self.fill = inner, slots_start, plan, fill
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def logits(self, x, want=None, run=None, cache=None, attend=None):
+        out = self.inner.logits(x, want=want, run=run, cache=cache, attend=attend)
+        if want is None:
+            return out
+        forced = torch.full_like(out, -30.0)
+        for i, p in enumerate(want.tolist()):
+            forced[:, i, self.plan.get(p - self.start, self.fill)] = 30.0
+        return forced
+
+
+def _forced_canvas(model, prompt_len: int, n: int):
+    from sharpen.core.canvas import Canvas
+
+    mask = model.spec.mask_id
+    return Canvas(ids=(*range(10, 10 + prompt_len), *[mask] * n), slots=(range(prompt_len, prompt_len + n),), spans=(),
+                  window=(0, 0), mask_id=mask)
+
+
+def test_an_end_token_cuts_the_answer_where_the_reference_cuts_it(sdar, sdc):
+    """Stable-DiffCoder's generate_block (and LLaDA2's generate, test_editing.py) returns the answer
+    up to its first end token: what the same block commits after it never reaches the file.
+    SDAR's generate.py returns every token, so there the tokens after an end token stay."""
+    from sharpen.core.loops.block import block_denoise
+    from sharpen.core.settings import Sampling
+
+    for model, cut in ((sdc, True), (sdar, False)):
+        assert model.spec.block.cut_at_end is cut
+        canvas = _forced_canvas(model, 4, 8)
+        end = model.spec.end_ids[-1]
+        forced = Forced(model, 4, {1: end}, fill=60)  # slot 1 an end token, every other slot token 60
+        final = list(list(block_denoise(forced, canvas, Sampling(steps=1), ban=False))[-1].final_ids[0][0])
+        assert final[:2] == [60, end]  # the end token committed is the one reported
+        if cut:
+            assert all(t in model.spec.end_ids for t in final[2:])  # nothing after it
+        else:
+            assert final[2:4] == [60, 60]  # the block's tokens after it stay, as generate.py returns them
+
+
+def test_fast_dllm_v2_reports_the_end_token_it_committed(fdllm):
+    from sharpen.core.loops.subblock import subblock_denoise
+    from sharpen.core.settings import Sampling
+
+    im_end = fdllm.tokenizer.token_id("<|im_end|>")
+    assert im_end in fdllm.spec.end_ids and im_end != fdllm.spec.end_ids[0]  # not the pad the rest is filled with
+    canvas = _forced_canvas(fdllm, 32, 16)
+    forced = Forced(fdllm, 32, {3: im_end}, fill=60)
+    final = list(list(subblock_denoise(forced, canvas, Sampling(), ban=False))[-1].final_ids[0][0])
+    assert final[3] == im_end and all(t == fdllm.spec.end_ids[0] for t in final[4:])
+
+
+def test_block_size_and_threshold_are_the_references_block_length_and_threshold(sdar):
+    """--block-size / --threshold decode as the release's generate does at that block length and
+    threshold: the same as a release whose rule says so."""
+    import copy
+    import dataclasses
+
+    from sharpen.core.loops.block import block_denoise
+    from sharpen.core.settings import Sampling
+
+    canvas = _forced_canvas(sdar, 6, 14)
+    for knobs in ({"block_size": 8}, {"threshold": 0.3}, {"block_size": 2, "threshold": 0.5, "steps": 1}):
+        released = copy.copy(sdar)
+        rule = {"size": knobs.get("block_size", sdar.spec.block.size), "threshold": knobs.get("threshold", sdar.spec.block.threshold)}
+        released.spec = dataclasses.replace(sdar.spec, block=dataclasses.replace(sdar.spec.block, **rule))
+        settings = Sampling(seed=3, temperature=1.0, steps=knobs.get("steps"))
+        asked = list(block_denoise(sdar, canvas, dataclasses.replace(settings, block_size=knobs.get("block_size"),
+                                                                       threshold=knobs.get("threshold")), ban=False))
+        own = list(block_denoise(released, canvas, settings, ban=False))
+        assert asked[-1].final_ids == own[-1].final_ids and len(asked) == len(own), knobs
+    default = list(block_denoise(sdar, canvas, Sampling(seed=3, temperature=1.0), ban=False))
+    assert len(default) != len(list(block_denoise(sdar, canvas, Sampling(seed=3, temperature=1.0, block_size=8), ban=False)))
+
+
+@pytest.mark.parametrize("family, settings, refused", [
+    ("sdc", {"top_k": 5}, "--top-k has no effect on"),  # Gumbel-max: generate_block has no top-k
+    ("sdc", {"threshold": 0.5}, "--threshold has no effect on"),
+    ("fdllm", {"steps": 4}, "--steps has no effect on"),  # batch_sample has no step count
+    ("fdllm", {"schedule": "fixed"}, "--schedule has no effect on"),
+    ("sdar", {"cache": "none"}, "--cache has no effect on"),
+    ("sdar", {"editing": "speed"}, "--editing has no effect on"),
+    ("sdar", {"block_size": 0}, "--block-size 0 (one block) is for masked models"),
+])
+def test_a_knob_the_reference_lacks_is_refused_in_one_line(family, settings, refused, request):
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.errors import UsageError
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+
+    model = request.getfixturevalue(family)
+    with pytest.raises(UsageError, match=re.escape(refused)) as caught:
+        apply_edit(model, TEXT, [Span(19, 31)], Sampling(**settings))
+    assert "\n" not in str(caught.value)
+
+
+def test_the_cli_honours_block_size_and_threshold_and_reports_what_the_loop_used(sdar_dir, tmp_path):
+    import subprocess
+    import sys
+
+    target = tmp_path / "a.py"
+    target.write_text(TEXT)
+    base = [sys.executable, "-m", "sharpen.app.cli", str(target), "--apply-edit", "2:5-2:17", "--model", str(sdar_dir), "--json"]
+    plain = json.loads(subprocess.run(base, capture_output=True, text=True, timeout=300, check=True).stdout)["settings"]
+    assert plain == {"decode": "block", "block_size": 4, "threshold": 0.85, "steps_per_block": [4]}  # the release's own
+    asked = subprocess.run(base + ["--block-size", "8", "--threshold", "0.5", "--steps", "2"], capture_output=True, text=True, timeout=300)
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)["settings"] == {"decode": "block", "block_size": 8, "threshold": 0.5, "steps_per_block": [2]}
+    refused = subprocess.run(base + ["--refresh", "block"], capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "--refresh has no effect on" in refused.stderr
+    assert target.read_text() == TEXT
