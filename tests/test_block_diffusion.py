@@ -235,7 +235,7 @@ def test_sdar_logits_equal_transformers_qwen3_with_a_block_causal_mask(tmp_path,
     assert (bidirectional - expected).abs().max() > 1e-2  # the oracle sees the mask: the comparison can fail
 
 
-@pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: f"{c['remasking']}-p{len(c['prompt'])}-s{c['seed']}")
+@pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: f"{c['remasking']}-p{len(c['prompt'])}-n{c['denoising_steps']}-s{c['seed']}")
 def test_the_block_loop_writes_what_sdar_generate_writes(sdar, case):
     """Token for token against JetAstra/SDAR generate.py run on the release's own modeling code
     (tests/golden/sdar_generate.py): prefill, read-only steps, committing passes, sampling order."""
@@ -254,7 +254,18 @@ def test_the_block_loop_writes_what_sdar_generate_writes(sdar, case):
     frames = list(block_denoise(sdar, canvas, settings, ban=False))
     expected = case["output"][len(prompt):len(prompt) + n]
     pad = sdar.spec.end_ids[0]
-    assert list(frames[-1].final_ids[0][0]) == [pad if t == sdar.spec.mask_id else t for t in expected]
+    ours = list(frames[-1].final_ids[0][0])
+    if not case["overwrites"]:
+        assert ours == [pad if t == sdar.spec.mask_id else t for t in expected]
+        return
+    # generate.py overwrote a held token (a step's share above the masks left; docs/models.md, a known
+    # divergence): sharpen never does. Up to the end of that block both wrote the same tokens, and where
+    # the reference overwrote, sharpen holds what the reference held before; after it their contexts differ.
+    size = GOLDEN["block_size"]
+    upto = (case["overwrites"][0][0] // size + 1) * size - len(prompt)  # slots up to the end of the first overwritten block
+    held = {p - len(prompt): before for p, before, _ in case["overwrites"] if p >= len(prompt)}
+    assert upto > 0 and ours[:upto] == [held.get(i, t) for i, t in enumerate(expected[:upto])]
+    assert ours[:upto] != expected[:upto] or any(p < len(prompt) for p, _, _ in case["overwrites"])  # the case does overwrite
 
 
 def test_blocks_sharpen_in_order_one_frame_a_step(sdar):
