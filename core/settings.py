@@ -232,7 +232,7 @@ class Sampling(Request):
     # Unset: MASKED_THRESHOLD for masked models, the release's own for block-causal ones (docs/models.md).
     threshold: float | None = setting(None, "confidence for parallel commits (default: 0.9, or the release's own for block-causal models)", low=0.0, high=1.0, low_open=True, metavar="P")
     # Unset: per device and model size (default_block_size).
-    block_size: int | None = setting(None, "semi-autoregressive blocks of N slots, left to right (0: one block; default: 32 for big models on a GPU, 8 elsewhere)", low=0, metavar="N")
+    block_size: int | None = setting(None, "semi-autoregressive blocks of N slots, left to right (0: one block; default: 32 for big models on a GPU, 8 elsewhere; block-causal models: the release's block length)", low=0, metavar="N")
     cache: str = setting("dual", "KV cache per block: none is exact; dual is fastest", choices=CACHES)
     # Unset: the model's own (ModelSpec.default_refresh): Fast-dLLM's whole-canvas refresh for
     # released checkpoints, whose accuracy is published; block refresh for the embedded model.

@@ -1,4 +1,4 @@
-"""The block-causal loop (kind "block-causal": SDAR, Fast-dLLM v2, LLaDA2), as an iterator of Frames.
+"""The plain block decode rule (kind "block-causal": SDAR, Stable-DiffCoder, LLaDA2.0), as an iterator of Frames.
 
 Block diffusion as the references run it (JetAstra/SDAR generate.py): the canvas is the
 prompt followed by the slots, cut into blocks of the release's size from position 0.
@@ -13,8 +13,11 @@ Attention is bidirectional inside a block and causal across blocks, so
    block opens. Finished blocks are never changed.
 
 A frame is yielded after every step, so the editor shows the blocks sharpening one after
-another. After a block that holds an end token the run stops and the rest is padding.
-Tokens already in a block (the prompt's tail, a rewrite's kept draft) are held.
+another. After a block that holds an end token the run stops and the rest is padding (a
+release whose generate returns the answer up to its first end token drops what follows it:
+BlockRule.cut_at_end). Tokens already in a block (the prompt's tail, a rewrite's kept draft) are
+held: sharpen never overwrites them, where SDAR's generate.py can (docs/models.md). The set-up,
+passes and frames are core/loops/scaffold.py's, shared with subblock.py and editing.py.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import torch.nn.functional as F
 
 from ..canvas import Canvas
 from ..settings import Sampling
-from .frame import Frame, slot_states
+from .frame import Frame
 from .scaffold import BlockRun, DecodeRule, effective_rule
 
 
