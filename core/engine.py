@@ -141,7 +141,7 @@ def run_edit(
     if length not in LENGTHS:
         raise UsageError(f"unknown length policy {length!r}; known: {', '.join(LENGTHS)}")
     request = EditRequest(text, tuple(spans), settings, Editing(context_tokens=context_tokens, length=length, prompt=prompt))
-    return run_request(denoiser, request, should_stop, rules, candidates)
+    yield from run_request(denoiser, request, should_stop, rules, candidates)
 
 
 def leading_blank(text: str, span: Span, floor: int) -> int:
