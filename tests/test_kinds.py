@@ -33,8 +33,11 @@ class ToyKind:
     model = DenoiserLike
     noise = "mask"
 
+    def reads(self, denoiser, sampling: Sampling) -> frozenset[str]:
+        return frozenset({"seed", "samples", "steps"})
+
     def settings(self, denoiser, request: EditRequest) -> Sampling:
-        refuse_unread(request.sampling, {"seed", "samples", "steps"}, model_name(denoiser), "a toy that writes left to right")
+        refuse_unread(request.sampling, self.reads(denoiser, request.sampling), model_name(denoiser), "a toy that writes left to right")
         return request.sampling
 
     def prepare(self, denoiser, request: EditRequest, spans, settings: Sampling, plan) -> Prepared:
@@ -113,5 +116,5 @@ def test_every_kind_in_the_table_says_what_it_reads_from_a_model(tiny_denoiser):
     assert set(LOOP_PROTOCOLS) == set(KINDS) and LOOP_PROTOCOLS["masked"] is DenoiserLike
     for name, kind in KINDS.items():
         assert kind.name == name and kind.noise in ("mask", "random")
-        for member in ("settings", "prepare", "frames", "used", "slot_room"):
+        for member in ("reads", "settings", "prepare", "frames", "used", "slot_room"):
             assert callable(getattr(kind, member)), (name, member)

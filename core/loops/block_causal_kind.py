@@ -80,15 +80,17 @@ class BlockCausalKind:
     model = BlockDenoiserLike
     noise = "mask"
 
+    def reads(self, denoiser, sampling: Sampling) -> frozenset[str]:
+        block = denoiser.spec.block
+        return COMMON | decode_rule(block, sampling).reads(block) | ({"editing"} if block.edits else set())
+
     def settings(self, denoiser, request: EditRequest) -> Sampling:
         name, s = model_name(denoiser), request.sampling
         if request.editing.candidates > 1:
             raise UsageError("--candidates needs a masked-diffusion model; this one writes block by block (use --samples for alternatives)")
         if s.block_size == 0:
             raise UsageError(f"--block-size 0 (one block) is for masked models; {name} decodes blocks of N >= 1 tokens")
-        rule = decode_rule(denoiser.spec.block, s)
-        reads = COMMON | rule.reads(denoiser.spec.block) | ({"editing"} if denoiser.spec.block.edits else set())
-        refuse_unread(s, reads, name, f"its decode is {rule.what}")
+        refuse_unread(s, self.reads(denoiser, s), name, f"its decode is {decode_rule(denoiser.spec.block, s).what}")
         return s
 
     def prepare(self, denoiser, request: EditRequest, spans: list[Span], settings: Sampling, plan) -> Prepared:

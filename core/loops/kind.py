@@ -9,9 +9,10 @@ The engine (core/engine.py) knows no kind by name: it asks the model's Kind. A K
 
 - `model`: the Protocol its loop reads from a model (tests hold every loaded model to it);
 - `noise`: how its canvas starts, "mask" or "random" (what a front end calls an unsharp slot);
-- `settings`: which settings it reads for this model, resolved (an unset threshold becomes the
-  one the loop uses), refusing in one line any other that a user set: no option is silently
-  ignored;
+- `reads`: which sampling settings its loop reads for this model (a block-causal release's
+  depend on its decode rule);
+- `settings`: those settings resolved (an unset threshold becomes the one the loop uses),
+  refusing in one line any other that a user set: no option is silently ignored;
 - `prepare`: the canvas (or canvases) the request becomes for this model;
 - `frames`: its loop over them;
 - `used`: the settings the loop actually ran with, for --json;
@@ -52,6 +53,8 @@ class Kind(Protocol):
     name: str
     model: type  # the Protocol a model of this kind satisfies
     noise: str  # "mask" | "random"
+
+    def reads(self, denoiser, sampling: Sampling) -> frozenset[str]: ...  # the Sampling fields its loop reads for this model
 
     def settings(self, denoiser, request: EditRequest) -> Sampling: ...
 

@@ -31,6 +31,9 @@ class MaskedKind:
     model = DenoiserLike
     noise = "mask"
 
+    def reads(self, denoiser, sampling: Sampling) -> frozenset[str]:
+        return READS
+
     def settings(self, denoiser, request: EditRequest) -> Sampling:
         name = model_name(denoiser)
         refuse_unread(request.sampling, READS, name, "a masked-diffusion model; it does not edit its own tokens")

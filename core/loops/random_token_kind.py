@@ -55,6 +55,9 @@ class RandomTokenKind:
     model = NoiseDenoiserLike
     noise = "random"
 
+    def reads(self, denoiser, sampling: Sampling) -> frozenset[str]:
+        return READS
+
     def settings(self, denoiser, request: EditRequest) -> Sampling:
         name = model_name(denoiser)
         if request.editing.candidates > 1:
