@@ -235,7 +235,7 @@ def test_sdar_logits_equal_transformers_qwen3_with_a_block_causal_mask(tmp_path,
     assert (bidirectional - expected).abs().max() > 1e-2  # the oracle sees the mask: the comparison can fail
 
 
-@pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: f"{c['remasking']}-p{len(c['prompt'])}-n{c['denoising_steps']}-s{c['seed']}")
+@pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: f"{c['remasking']}-p{len(c['prompt'])}-n{c['denoising_steps']}-b{c['block_length']}-th{c['confidence_threshold']}-s{c['seed']}")
 def test_the_block_loop_writes_what_sdar_generate_writes(sdar, case):
     """Token for token against JetAstra/SDAR generate.py run on the release's own modeling code
     (tests/golden/sdar_generate.py): prefill, read-only steps, committing passes, sampling order."""
@@ -248,9 +248,13 @@ def test_the_block_loop_writes_what_sdar_generate_writes(sdar, case):
     prompt, n = case["prompt"], case["gen_length"]
     canvas = Canvas(ids=(*prompt, *[sdar.spec.mask_id] * n), slots=(range(len(prompt), len(prompt) + n),), spans=(),
                     window=(0, 0), mask_id=sdar.spec.mask_id)
+    # Cases at another block length or threshold than the release's pass theirs as a user does.
+    block = case["block_length"] if case["block_length"] != sdar.spec.block.size else None
+    threshold = case["confidence_threshold"] if case["confidence_threshold"] != sdar.spec.block.threshold else None
     settings = Sampling(seed=case["seed"], temperature=case["temperature"], top_k=case["top_k"] or None,
                         top_p=case["top_p"] if case["top_p"] < 1 else None, steps=case["denoising_steps"],
-                        schedule="threshold" if case["remasking"] == "low_confidence_dynamic" else "fixed")
+                        schedule="threshold" if case["remasking"] == "low_confidence_dynamic" else "fixed",
+                        block_size=block, threshold=threshold)
     frames = list(block_denoise(sdar, canvas, settings, ban=False))
     expected = case["output"][len(prompt):len(prompt) + n]
     pad = sdar.spec.end_ids[0]
@@ -261,7 +265,7 @@ def test_the_block_loop_writes_what_sdar_generate_writes(sdar, case):
     # generate.py overwrote a held token (a step's share above the masks left; docs/models.md, a known
     # divergence): sharpen never does. Up to the end of that block both wrote the same tokens, and where
     # the reference overwrote, sharpen holds what the reference held before; after it their contexts differ.
-    size = GOLDEN["block_size"]
+    size = case["block_length"]
     upto = (case["overwrites"][0][0] // size + 1) * size - len(prompt)  # slots up to the end of the first overwritten block
     held = {p - len(prompt): before for p, before, _ in case["overwrites"] if p >= len(prompt)}
     assert upto > 0 and ours[:upto] == [held.get(i, t) for i, t in enumerate(expected[:upto])]
