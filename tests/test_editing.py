@@ -24,7 +24,7 @@ def llada2(tmp_path_factory):
     return {"2.1": write_llada2(tmp_path_factory.mktemp("llada2") / "llada2.1", version="2.1", head_scale=3.0)}
 
 
-def _decode_passes(den, mode: str, **knobs) -> tuple[list[int], list[dict]]:
+def _decode_passes(den, mode: str, record: dict | None = None, **knobs) -> tuple[list[int], list[dict]]:
     """sharpen's loop on the golden's prompt, block and length (mode "2.0": the block-causal loop
     without editing; else the editing loop in that mode): the result and, per model step, what it
     committed and what it edited (absolute canvas positions, as the golden)."""
@@ -37,7 +37,7 @@ def _decode_passes(den, mode: str, **knobs) -> tuple[list[int], list[dict]]:
     from sharpen.core.settings import Sampling
     from sharpen.core.spans import Span
 
-    g = GOLDEN["decode"]
+    g = record or GOLDEN["decode"]
     den.spec = dataclasses.replace(den.spec, block=dataclasses.replace(den.spec.block, size=g["block_length"]))
     prompt, length = g["prompt"], g["gen_length"]
     canvas = Canvas(ids=tuple(prompt) + (g["mask_id"],) * length, slots=(range(len(prompt), len(prompt) + length),),
@@ -89,6 +89,22 @@ def test_llada21_editing_thresholds_are_the_references_at_the_values_a_user_pass
     result, passes, _ = _decode_passes(den, "quality", threshold=reference["threshold"], editing_threshold=reference["editing_threshold"])
     assert result == reference["result"]
     assert passes == [{"committed": p["committed"], "edited": p["edited"]} for p in reference["passes"]]
+
+
+def test_llada20_decode_of_an_answer_shorter_than_its_block_equals_the_release_generate(llada2):
+    """LLaDA2.0's generate clamps its steps to the answer's length (`steps = min(steps, gen_length)`):
+    a 3-token answer in blocks of 8 takes 3 steps a block, shares 3, 3, 2 (tests/golden/llada2_tiny.json
+    decode_2.0_short); one a step, as before the clamp, took 8 passes for the last block."""
+    record = GOLDEN["decode_2.0_short"]
+    reference = record["modes"]["2.0"]
+    assert record["gen_length"] < record["block_length"]
+    result, passes, _ = _decode_passes(load_denoiser(llada2["2.1"]), "2.0", record)
+    answer_end = len(record["prompt"]) + record["gen_length"]
+    assert result[:len(reference["result"])] == reference["result"] and len(passes) == len(reference["passes"])
+    # The block's tail past the answer is denoised and dropped (sharpen's frames show the canvas only, the
+    # reference's last pass is read from the answer it returns): compare the commits inside the answer.
+    inside = [[c for c in p["committed"] if c[0] < answer_end] for p in reference["passes"]]
+    assert [p["committed"] for p in passes] == inside and not any(p["edited"] for p in passes)
 
 
 def test_llada20_clamps_its_steps_to_the_answers_length_as_its_generate(llada2):
