@@ -49,6 +49,8 @@ class Backend(Protocol):
 
     def batching(self) -> tuple[int, int] | None: ...  # (packed passes, runs' passes they held) when runs share passes
 
+    def reads(self, sampling) -> frozenset[str] | None: ...  # the Sampling fields the model's loop reads (None: the backend decides)
+
 
 class LocalBackend:
     """A model in this process: loaded once (`load`), run through its Runner."""
@@ -121,6 +123,12 @@ class LocalBackend:
         batcher = self.runner.batcher if self.runner is not None else None
         return (batcher.passes, batcher.packed_runs) if batcher is not None else None
 
+    def reads(self, sampling) -> frozenset[str] | None:
+        from ..core.loops import kind_of
+
+        denoiser = self._loaded().denoiser
+        return kind_of(denoiser).reads(denoiser, sampling)
+
     def _loaded(self):
         if self.runner is None:
             self.load()
@@ -162,8 +170,11 @@ class Served:
     def batching(self) -> tuple[int, int] | None:
         return None
 
+    def reads(self, sampling) -> frozenset[str] | None:
+        return None  # the server it reaches judges the fields
 
-SERVER_NEEDS = ("count_tokens", "chat_text", "load_report", "waiting", "batching")
+
+SERVER_NEEDS = ("count_tokens", "chat_text", "load_report", "waiting", "batching", "reads")
 
 
 def served(backend) -> Backend:

@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 from ..core.errors import Cancelled, InputError, UsageError
 from ..core.files import MAX_FILE_BYTES, NotRegularFile, TextFile, check_writable, decode_bytes, read_text_file, save_text_file
 from ..core.request import EditRequest
-from ..core.spans import Span, validate_spans
+from ..core.spans import Span
 from .config import Config
 from .specs import LineIndex, format_range, parse_edit_list, parse_spec
 from .syntax_specs import colour_diff
@@ -94,11 +94,11 @@ def read_spans(job: HeadlessJob, config: Config, source: TextFile) -> list[Span]
             payload = raw.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise UsageError(f"edit list {name} is not UTF-8 (invalid byte at offset {exc.start})") from None
-        spans = parse_edit_list(payload, source.text, name, path=job.file)
+        spans = parse_edit_list(payload, source.text, name, path=job.file, default_strength=config.editing.strength)
     else:
         options = {"strength": config.editing.strength, "max_tokens": job.max_tokens, "instruction": job.instruction}
         spans = parse_spec(spec, source.text, mode=job.mode, path=job.file, **options)
-    return validate_spans(source.text, spans)
+    return spans  # validated once, by the EditRequest they go into
 
 
 def _open_edit_list(name: str):
@@ -295,9 +295,9 @@ def _run(job: HeadlessJob, config: Config, backend) -> int:
         raise UsageError("--in-place needs a file, not stdin")
     source = read_input(job.file)
     spans = read_spans(job, config, source)
+    request = EditRequest(source.text, tuple(spans), config.sampling, config.editing, None if job.file == "-" else job.file)
     if job.in_place:
         check_writable(source.path)  # fail now, not after minutes of denoising
-    request = EditRequest(source.text, tuple(spans), config.sampling, config.editing, None if job.file == "-" else job.file)
 
     if backend is None and not config.remote.backend:
         from ..core.models.load import resolve_model_path
@@ -374,6 +374,7 @@ def json_report(done, source: TextFile, seconds: float) -> dict:
         # re-drawn every step). sharp_per_step[k]: slots sharp after step k (0: the start).
         "noise": shared["noise"],
         "sharp_per_step": shared["sharp_per_step"],
+        "settings": shared["settings"],  # what the loop ran with: steps, block size, thresholds (per kind)
         "spans": [
             {"range": format_range(index, s["start"], s["end"]), "mode": s["mode"], "text": s["text"], "steps": shared["steps"],
              "tokens": s["tokens"], "seconds": denoise, "alternatives": s["alternatives"],

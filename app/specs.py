@@ -95,9 +95,10 @@ def parse_spec(spec: str, text: str, mode: str = "infill", path: str | None = No
     return spans
 
 
-def parse_edit_list(source: str, text: str, name: str = "edits", path: str | None = None) -> list[Span]:
+def parse_edit_list(source: str, text: str, name: str = "edits", path: str | None = None, default_strength: float = 0.5) -> list[Span]:
     """JSON: a list of {range, mode?, instruction?, max_tokens?, strength?}; a range may be a
-    syntax form (body@12, node@12:5, ...) as in a plain SPEC; `path` names the grammar."""
+    syntax form (body@12, node@12:5, ...) as in a plain SPEC; `path` names the grammar; an edit
+    without its own strength takes `default_strength` (the configured Editing.strength)."""
     try:
         items = json.loads(source)
     except ValueError as exc:
@@ -118,7 +119,7 @@ def parse_edit_list(source: str, text: str, name: str = "edits", path: str | Non
         mode = item.get("mode", "infill")
         if mode not in MODES:
             raise UsageError(f"{name}: edit {n} has unknown mode {mode!r} (use infill or rewrite)")
-        max_tokens, strength, instruction = item.get("max_tokens"), item.get("strength", 0.5), item.get("instruction")
+        max_tokens, strength, instruction = item.get("max_tokens"), item.get("strength", default_strength), item.get("instruction")
         if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)):
             raise UsageError(f"{name}: edit {n}: max_tokens must be an integer")
         if not isinstance(strength, (int, float)) or isinstance(strength, bool):

@@ -186,7 +186,10 @@ def _parse(value: str, annotation: str):
 
 
 def describe_settings(settings, per_step: int | None = None) -> str:
-    schedule = f"threshold {settings.threshold}" if settings.schedule == "threshold" else "fixed"
+    from sharpen.core.settings import MASKED_THRESHOLD  # an unset threshold is the masked loop's
+
+    threshold = MASKED_THRESHOLD if settings.threshold is None else settings.threshold
+    schedule = f"threshold {threshold}" if settings.schedule == "threshold" else "fixed"
     if per_step:
         schedule += f", >= {per_step} per step"
     block = f", blocks of {settings.block_size}" if settings.block_size else ""

@@ -1,9 +1,14 @@
-"""The engine's front door: text + spans in, frames out, the new text at the end.
+"""The engine's front door: an edit request in, frames out, the new text at the end.
 
-    for frame in run_edit(denoiser, text, spans, settings):
-        ...draw frame...
-    result = frame.result   # on the done frame
+    for update in run_request(denoiser, EditRequest(text, spans, sampling, editing)):
+        ...draw update.frame...
+    result = update.result   # on the done frame
 
+The request (core/request.py) arrives whole, its spans validated once when it was built. The
+engine knows no loop kind by name: the model's Kind (core/loops/kinds.py) resolves the settings,
+builds the canvases and runs the loop; the engine turns the done frame into text (dropping what
+a model may not write into a file), ranks samples and candidates, and runs the adaptive-length
+rounds. `run_edit` is the same with the request spelled as arguments (tests and benchmarks).
 Everything here is pure data in and out; the denoiser is the only state.
 """
 from __future__ import annotations
@@ -13,20 +18,20 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
-from .candidates import CandidatePlan, ExactRows, candidate_rows, plan_canvas_spans, plan_for_count, rank, score_rows, selected_tokens
-from .canvas import build_canvas, span_text
+from .candidates import CandidatePlan, plan_for_count, rank, score_rows, selected_tokens
+from .canvas import span_text
 from .changes import ChangeSet
 from .models.denoiser import DenoiserLike
 from .errors import Cancelled, ModelError, UsageError
-from .instruct import build_instruct_canvas, instruction_refusal, uses_chat
+from .instruct import instruction_refusal
 from .length import AdaptiveLength, filled_up, next_budgets, start_budget
 from .newlines import drop_undecodable, match_newlines, newline_style
-from .prompted import prompt_canvas, prompt_form
 from .result import EditResult, SpanResult  # noqa: F401 (the engine's result types: imported from here too)
-from .loops import Frame, LoopRules, run_loop, slot_room
+from .loops import Frame, LoopRules, kind_of
 from .loops.masked import refuse_unguided
+from .request import EditRequest
 from .settings import LENGTHS, Editing, Sampling
-from .spans import Span, validate_spans
+from .spans import Span
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +50,42 @@ class EditFrame:
         return self.frame.done
 
 
-def check_instructions(denoiser: DenoiserLike, spans: list[Span]) -> None:
+def check_instructions(denoiser: DenoiserLike, spans) -> None:
     if any(s.instruction for s in spans) and not denoiser.spec.takes_instructions:
         raise UsageError(instruction_refusal(denoiser.spec))
 
 
-def edit_options(editing: Editing, path: str | None = None) -> dict:
-    """run_edit's keyword arguments for an Editing request (`path` names the language candidates parse)."""
-    options: dict = {"context_tokens": editing.context_tokens, "length": editing.length, "prompt": editing.prompt}
-    if editing.candidates > 1:
-        options["candidates"] = plan_for_count(editing.candidates, path=path)
-    return options
+def candidate_plan(editing: Editing, path: str | None = None) -> CandidatePlan | None:
+    """The CandidatePlan an Editing request asks for (`path` names the language candidates parse); None: off."""
+    return plan_for_count(editing.candidates, path=path) if editing.candidates > 1 else None
+
+
+def run_request(denoiser: DenoiserLike, request: EditRequest, should_stop: Callable[[], bool] = lambda: False,
+                rules: LoopRules = LoopRules(), plan: CandidatePlan | None = None) -> Iterator[EditFrame]:
+    """Denoise all spans of the request together; the last EditFrame carries the result.
+
+    Candidates (core/candidates.py, `request.editing.candidates` or an explicit `plan`): several
+    lengths per infill span as rows of the same batch, ranked by parse validity, then confidence.
+    `length="adaptive"` (core/length.py) re-runs with a longer canvas while a span fills up; its
+    frames restart at step 0 per round. `rules` are the loop's own (core/loops/masked.py), for
+    the benchmarks and tests that measure them; no setting reaches them.
+    """
+    kind = kind_of(denoiser)
+    ordered = list(request.spans)  # sorted and validated when the request was built
+    check_instructions(denoiser, ordered)
+    refuse_unguided(denoiser.spec, request.sampling)  # --cfg-scale: LLaDA's reference only, for every loop kind
+    settings = kind.settings(denoiser, request)  # what this kind reads, resolved; anything else set is refused
+    plan = plan if plan is not None else candidate_plan(request.editing, request.path)
+    text = request.text
+    blanks = [leading_blank(text, s, ordered[i - 1].end if i else 0) for i, s in enumerate(ordered)]
+    if request.editing.length == "adaptive":
+        updates = _adaptive_runs(denoiser, kind, request, settings, should_stop, plan, rules)
+    else:
+        updates = _run_round(denoiser, kind, request, ordered, settings, should_stop, plan, rules)
+    for update in updates:
+        if update.result is not None and any(blanks):
+            update = EditFrame(update.frame, narrowed(update.result, text, ordered, blanks))
+        yield update
 
 
 def run_edit(
@@ -70,28 +100,11 @@ def run_edit(
     rules: LoopRules = LoopRules(),
     prompt: str = "auto",
 ) -> Iterator[EditFrame]:
-    """Denoise all spans of `text` together in one canvas; the last EditFrame carries the result.
-
-    `candidates` (core/candidates.py): several lengths per infill span as rows of the same
-    batch, ranked by parse validity, then confidence. `length="adaptive"` (core/length.py)
-    re-runs with a longer canvas while a span fills up (the policy is core/length.py); its
-    frames restart at step 0 per round. `rules` are the loop's own (core/loops/masked.py), for
-    the benchmarks and tests that measure them; no setting reaches them. `prompt` (Editing.prompt):
-    how an edit reaches a block-causal model (core/prompted.py); other kinds ignore it.
-    """
+    """run_request with the request spelled as arguments (`candidates`: an explicit CandidatePlan)."""
     if length not in LENGTHS:
         raise UsageError(f"unknown length policy {length!r}; known: {', '.join(LENGTHS)}")
-    ordered = validate_spans(text, spans)
-    check_instructions(denoiser, ordered)
-    blanks = [leading_blank(text, s, ordered[i - 1].end if i else 0) for i, s in enumerate(ordered)]
-    if length == "adaptive":
-        updates = _adaptive_runs(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules, prompt=prompt)
-    else:
-        updates = run_once(denoiser, text, ordered, settings, context_tokens, should_stop, candidates, rules, prompt)
-    for update in updates:
-        if update.result is not None and any(blanks):
-            update = EditFrame(update.frame, narrowed(update.result, text, ordered, blanks))
-        yield update
+    request = EditRequest(text, tuple(spans), settings, Editing(context_tokens=context_tokens, length=length, prompt=prompt))
+    yield from run_request(denoiser, request, should_stop, rules, candidates)
 
 
 def leading_blank(text: str, span: Span, floor: int) -> int:
@@ -125,35 +138,15 @@ def narrowed(result: EditResult, text: str, ordered: list[Span], blanks: list[in
     return replace(result, spans=spans, text=samples[0], samples=samples, candidates=tuple(candidates))
 
 
-def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: Sampling, context_tokens: int,
-             should_stop: Callable[[], bool], candidates: CandidatePlan | None = None,
-             rules: LoopRules = LoopRules(), prompt: str = "auto") -> Iterator[EditFrame]:
-    """One denoising run over validated, sorted spans (run_edit's body; a round of the adaptive loop)."""
-    tok, spec = denoiser.tokenizer, denoiser.spec
-    refuse_unguided(spec, settings)  # --cfg-scale: LLaDA's reference only, for every loop kind
-    pad = spec.pad_id if spec.pad_id is not None else spec.eos_id
-    row_lengths = None
-    if spec.loop == "random-token" and candidates is not None:
-        raise UsageError("--candidates needs a masked-diffusion model; this one starts from random tokens (use --samples for alternatives)")
-    if spec.loop == "block-causal":  # it cannot see text after its block: one prompt per span (prompted.py)
-        if candidates is not None:
-            raise UsageError("--candidates needs a masked-diffusion model; this one writes block by block (use --samples for alternatives)")
-        form = prompt_form(spec, prompt)
-        if form == "fim" and uses_chat(ordered):
-            raise UsageError("an instruction needs --prompt chat; fill-in-the-middle tokens have no place for it")
-        canvas = tuple(prompt_canvas(text, s, tok, spec, form, context_tokens, denoiser.max_len, settings.seed) for s in ordered)
-    elif uses_chat(ordered):  # an instruction: the canvas is a chat turn (instruct.py)
-        canvas = build_instruct_canvas(text, ordered, tok, spec, context_tokens, denoiser.max_len)
-    elif candidates is not None and pad is not None:
-        wide, row_lengths = plan_canvas_spans(ordered, selected_tokens(text, ordered, tok, denoiser.max_len), candidates)
-        canvas = build_canvas(text, wide, tok, spec.mask_id, context_tokens, denoiser.max_len)
-        canvas = candidate_rows(canvas, row_lengths, pad)
-        if candidates.exact:
-            denoiser = ExactRows(denoiser, canvas, settings.samples)
-    else:
-        canvas = build_canvas(text, ordered, tok, spec.mask_id, context_tokens, denoiser.max_len)
-    frames = run_loop(denoiser, canvas, settings, should_stop, rules)  # the loop of the model's kind (core/loops/)
-    canvases = canvas if isinstance(canvas, tuple) else (canvas,)
+def _run_round(denoiser, kind, request: EditRequest, ordered: list[Span], settings: Sampling,
+               should_stop: Callable[[], bool], plan: CandidatePlan | None = None,
+               rules: LoopRules = LoopRules()) -> Iterator[EditFrame]:
+    """One denoising run over `ordered` (the request's spans, or a round's budgets of them)."""
+    tok, spec, text = denoiser.tokenizer, denoiser.spec, request.text
+    prepared = kind.prepare(denoiser, request, ordered, settings, plan)  # the canvases of the model's kind
+    frames = kind.frames(prepared, should_stop, rules)
+    row_lengths = prepared.row_lengths
+    canvases = prepared.canvases
     read = sum(len(c.ids) - sum(len(r) for r in c.slots) for c in canvases)
     cut = any(c.cut for c in canvases)
     started = time.perf_counter()
@@ -162,6 +155,7 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
             yield EditFrame(frame)
             continue
         _check_finite_run(frame)
+        used = kind.used(prepared, frame)
         # Text a model writes into a file never holds its special tokens or control bytes (a NUL makes a
         # source file "binary"): the masked loops never propose them, a random-token loop (DiffusionGemma,
         # which samples as its reference does) can, so they are dropped here as well.
@@ -172,8 +166,8 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
                       for sample in frame.final_ids]
         seconds = time.perf_counter() - started
         if row_lengths is not None:
-            result = _ranked_result(text, ordered, frame, per_sample, row_lengths, settings.samples, drop, candidates, tok, seconds)
-            yield EditFrame(frame, replace(result, prompt_tokens=read, context_cut=cut))
+            result = _ranked_result(text, ordered, frame, per_sample, row_lengths, settings.samples, drop, plan, tok, seconds)
+            yield EditFrame(frame, replace(result, prompt_tokens=read, context_cut=cut, settings=used))
             continue
         scores = [_sample_score(frame, b) for b in range(len(per_sample))]
         ranking = sorted(range(len(per_sample)), key=lambda b: -scores[b]) if len(per_sample) > 1 else [0]
@@ -190,7 +184,8 @@ def run_once(denoiser: DenoiserLike, text: str, ordered: list[Span], settings: S
             )
             for i, span in enumerate(ordered)
         )
-        result = EditResult(texts[0], span_results, frame.step, seconds, tuple(texts), best_row=best, prompt_tokens=read, context_cut=cut)
+        result = EditResult(texts[0], span_results, frame.step, seconds, tuple(texts), best_row=best, prompt_tokens=read,
+                            context_cut=cut, settings=used)
         yield EditFrame(frame, result)
 
 
@@ -204,25 +199,26 @@ def _check_finite_run(frame: Frame) -> None:
                          "this dtype or are broken; nothing was written")
 
 
-def _adaptive_runs(denoiser, text: str, ordered: list[Span], settings: Sampling, context_tokens: int,
-                   should_stop: Callable[[], bool], candidates=None, rules: LoopRules = LoopRules(),
-                   policy: AdaptiveLength = AdaptiveLength(), prompt: str = "auto") -> Iterator[EditFrame]:
-    """Rounds of run_once with growing budgets (core/length.py's policy); only the last round's done frame is yielded.
+def _adaptive_runs(denoiser, kind, request: EditRequest, settings: Sampling, should_stop: Callable[[], bool],
+                   candidates: CandidatePlan | None = None, rules: LoopRules = LoopRules(),
+                   policy: AdaptiveLength = AdaptiveLength()) -> Iterator[EditFrame]:
+    """Rounds of _run_round with growing budgets (core/length.py's policy); only the last round's done frame is yielded.
 
     With a CandidatePlan the best candidate's length is the one judged and grown from, and
     the next round's ladder is centred on it. With exact rows (CandidatePlan.exact) no row
     can end early, so a span grows when its longest rung won.
     """
+    text, ordered = request.text, list(request.spans)
     end_ids = denoiser.spec.end_ids
     selected = selected_tokens(text, ordered, denoiser.tokenizer, denoiser.max_len)
     budgets = [start_budget(s, n, policy) for s, n in zip(ordered, selected)]
-    room = slot_room(denoiser)
+    room = kind.slot_room(denoiser)
     caps = [min(s.max_tokens or policy.max_tokens, room) for s in ordered]
     steps, seconds = 0, 0.0
     for round_ in range(policy.rounds):
         spans = [s if b is None else replace(s, max_tokens=b) for s, b in zip(ordered, budgets)]
         done = None
-        for update in run_once(denoiser, text, spans, settings, context_tokens, should_stop, candidates, rules, prompt):
+        for update in _run_round(denoiser, kind, request, spans, settings, should_stop, candidates, rules):
             if update.done:
                 done = update
             else:

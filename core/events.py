@@ -97,6 +97,7 @@ class Done:
             "denoise_seconds": round(result.seconds, 4),
             "tokens_per_second": round(result.tokens / max(result.seconds, 1e-9), 2),
             "sharp_per_step": list(self.sharp_per_step),
+            "settings": dict(result.settings),  # what the loop ran with (steps, block size, thresholds)
             "changes": [{"start": c.start, "end": c.end, "text": c.text} for c in result.changes().changes],
             "spans": [
                 {"start": r.span.start, "end": r.span.end, "mode": r.span.mode, "text": r.text, "tokens": r.tokens,
@@ -121,7 +122,8 @@ class Done:
         )
         new_text = ChangeSet.of((r.span.start, r.span.end, r.text) for r in spans).apply(request.text)
         result = EditResult(new_text, spans, int(data["steps"]), float(data.get("denoise_seconds", 0.0)), (new_text,),
-                            prompt_tokens=int(data.get("prompt_tokens", 0)), context_cut=bool(data.get("context_cut", False)))
+                            prompt_tokens=int(data.get("prompt_tokens", 0)), context_cut=bool(data.get("context_cut", False)),
+                            settings=dict(data.get("settings") or {}))
         return cls(result, Progress.from_json(data["last"]), data.get("model", ""), data.get("noise", "mask"),
                    tuple(data.get("sharp_per_step", ())))
 

@@ -63,7 +63,8 @@ class EditRequest:
             raise UsageError("spans must be a non-empty list")
         if len(raw_spans) > MAX_SPANS:
             raise UsageError(f"too many spans ({len(raw_spans)}; at most {MAX_SPANS})")
-        spans = tuple(_span_of(s, i) for i, s in enumerate(raw_spans))
+        # A span without its own strength takes the configured one (defaults_editing), not Editing()'s.
+        spans = tuple(_span_of(s, i, defaults_editing.strength) for i, s in enumerate(raw_spans))
         sampling = _settings(defaults_sampling, data.get("sampling", {}), "sampling")
         editing = _settings(defaults_editing, data.get("editing", {}), "editing")
         path = data.get("path")
@@ -83,7 +84,7 @@ def _span_json(span: Span) -> dict:
     return out
 
 
-def _span_of(data: Any, index: int) -> Span:
+def _span_of(data: Any, index: int, strength: float = Editing().strength) -> Span:
     where = f"spans[{index}]"
     if not isinstance(data, dict):
         raise UsageError(f"{where} must be an object")
@@ -98,7 +99,7 @@ def _span_of(data: Any, index: int) -> Span:
     max_tokens = data.get("max_tokens")
     if max_tokens is not None and not _whole(max_tokens):
         raise UsageError(f"{where}.max_tokens must be a whole number")
-    strength = data.get("strength", Editing().strength)
+    strength = data.get("strength", strength)
     if isinstance(strength, bool) or not isinstance(strength, (int, float)):
         raise UsageError(f"{where}.strength must be a number")
     instruction = data.get("instruction")

@@ -38,6 +38,9 @@ class EditResult:
     prompt_tokens: int = 0
     # Some text around the spans did not fit the canvas (Canvas.cut): a server's truncated prompt.
     context_cut: bool = False
+    # The settings the loop actually ran with (steps, block size, thresholds: the model's Kind says
+    # which; core/loops/kind.py), for --json.
+    settings: dict = field(default_factory=dict)
 
     @property
     def tokens(self) -> int:

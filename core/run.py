@@ -147,16 +147,15 @@ class Runner:
     def _events(self, denoiser, request: EditRequest, should_stop, every: float | None) -> Iterator[Event]:
         import torch  # deferred: the editor imports this module before its first paint
 
-        from .engine import edit_options, run_edit
+        from .engine import run_request
 
-        options = edit_options(request.editing, request.path)
         end_ids, mask_id = set(denoiser.spec.end_ids), denoiser.spec.mask_id
         tok = denoiser.tokenizer
         # Kept on the device, read once at the end: reading them per step was a host sync inside
         # every block (docs/speed.md); progress below is built only at the consumer's rate.
         sharp_per_step: list = []
         last_sent = float("-inf")
-        for update in run_edit(denoiser, request.text, list(request.spans), request.sampling, should_stop=should_stop, **options):
+        for update in run_request(denoiser, request, should_stop):
             frame = update.frame
             if update.result is not None:
                 last = progress_of(frame, tok, end_ids, mask_id)

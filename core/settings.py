@@ -209,6 +209,7 @@ COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune")
 # grows with its rows, and blocks of 8 measured fastest at equal accuracy and parse rate on the
 # embedded model (bench/speed.py, docs/speed.md); small models keep 8 on a GPU too, the size
 # they were measured at. The threshold (0.9) and refresh do not change with the device.
+MASKED_THRESHOLD = 0.9  # the masked loop's parallel-commit confidence when --threshold is unset
 CPU_BLOCK_SIZE = 8
 GPU_BLOCK_SIZE = 32
 BIG_MODEL = 1_000_000_000  # parameters
@@ -228,9 +229,10 @@ class Sampling(Request):
     policy: str = setting("confidence", "which tokens commit first", choices=POLICIES)
     schedule: str = setting("threshold", "fixed quota per step, or also every token above --threshold", choices=SCHEDULES)
     # Fast-dLLM's parallel-commit confidence; lower commits more per step and breaks syntax first (README).
-    threshold: float = setting(0.9, "confidence for parallel commits", low=0.0, high=1.0, low_open=True, metavar="P")
+    # Unset: MASKED_THRESHOLD for masked models, the release's own for block-causal ones (docs/models.md).
+    threshold: float | None = setting(None, "confidence for parallel commits (default: 0.9, or the release's own for block-causal models)", low=0.0, high=1.0, low_open=True, metavar="P")
     # Unset: per device and model size (default_block_size).
-    block_size: int | None = setting(None, "semi-autoregressive blocks of N slots, left to right (0: one block; default: 32 for big models on a GPU, 8 elsewhere)", low=0, metavar="N")
+    block_size: int | None = setting(None, "semi-autoregressive blocks of N slots, left to right (0: one block; default: 32 for big models on a GPU, 8 elsewhere; block-causal models: the release's block length)", low=0, metavar="N")
     cache: str = setting("dual", "KV cache per block: none is exact; dual is fastest", choices=CACHES)
     # Unset: the model's own (ModelSpec.default_refresh): Fast-dLLM's whole-canvas refresh for
     # released checkpoints, whose accuracy is published; block refresh for the embedded model.
@@ -248,6 +250,8 @@ class Sampling(Request):
     cfg_scale: float = setting(0.0, "classifier-free guidance as LLaDA's reference generate does it (0: off; each step then runs the model twice); LLaDA only", low=0.0, high=math.inf, high_open=True, metavar="S")
     # LLaDA2.1's default is its quality mode; speed commits and edits more per step.
     editing: str = setting("quality", "models that edit their own tokens (LLaDA2.1): quality (0.7 / 0.5), speed (0.5 / 0.0), or off", choices=EDITING)
+    # Unset: the --editing mode's (core/loops/editing.py EDIT_MODES).
+    editing_threshold: float | None = setting(None, "models that edit their own tokens (LLaDA2.1): probability above which a committed token is replaced (default: the --editing mode's)", low=0.0, high=1.0, metavar="P")
 
 
 @dataclass(frozen=True)

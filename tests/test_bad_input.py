@@ -334,7 +334,7 @@ def _during_run(monkeypatch, action):
     """Run `action` after the first denoising step, as another program (or the user) would."""
     import sharpen.core.engine as engine
 
-    real = engine.run_edit
+    real = engine.run_request  # the Runner's door into the engine
 
     def wrapped(*args, **kwargs):
         for n, update in enumerate(real(*args, **kwargs)):
@@ -342,7 +342,7 @@ def _during_run(monkeypatch, action):
                 action()
             yield update
 
-    monkeypatch.setattr(engine, "run_edit", wrapped)
+    monkeypatch.setattr(engine, "run_request", wrapped)
 
 
 def test_file_changed_during_the_run_is_not_overwritten(cli, tiny_model_dir, monkeypatch):

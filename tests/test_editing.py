@@ -24,7 +24,7 @@ def llada2(tmp_path_factory):
     return {"2.1": write_llada2(tmp_path_factory.mktemp("llada2") / "llada2.1", version="2.1", head_scale=3.0)}
 
 
-def _decode_passes(den, mode: str) -> tuple[list[int], list[dict]]:
+def _decode_passes(den, mode: str, record: dict | None = None, **knobs) -> tuple[list[int], list[dict]]:
     """sharpen's loop on the golden's prompt, block and length (mode "2.0": the block-causal loop
     without editing; else the editing loop in that mode): the result and, per model step, what it
     committed and what it edited (absolute canvas positions, as the golden)."""
@@ -37,14 +37,14 @@ def _decode_passes(den, mode: str) -> tuple[list[int], list[dict]]:
     from sharpen.core.settings import Sampling
     from sharpen.core.spans import Span
 
-    g = GOLDEN["decode"]
+    g = record or GOLDEN["decode"]
     den.spec = dataclasses.replace(den.spec, block=dataclasses.replace(den.spec.block, size=g["block_length"]))
     prompt, length = g["prompt"], g["gen_length"]
     canvas = Canvas(ids=tuple(prompt) + (g["mask_id"],) * length, slots=(range(len(prompt), len(prompt) + length),),
                     spans=(Span(0, 0),), window=(0, 0), mask_id=g["mask_id"])
     passes, before, final = [], None, None
     loop = block_denoise if mode == "2.0" else partial(edit_denoise, mode=mode)
-    for frame in loop(den, canvas, Sampling(temperature=0.0), ban=False):
+    for frame in loop(den, canvas, Sampling(temperature=0.0, **knobs), ban=False):
         ids = frame._ids.tolist()
         if before is not None and not frame.done:
             changed = [p for p in range(len(ids)) if ids[p] != before[p]]
@@ -81,6 +81,99 @@ def test_llada21_editing_decode_equals_the_release_generate_token_for_token_and_
     edits = sum(len(p["edited"]) for p in reference["passes"])
     assert counts == ((commits, edits),) and edits > 0  # both modes edit on this checkpoint
 
+def test_llada21_editing_thresholds_are_the_references_at_the_values_a_user_passes(llada2):
+    """--threshold and --editing-threshold replace the mode's: quality mode at speed's thresholds
+    (0.5 / 0.0) decodes as the release's generate does at those thresholds."""
+    den = load_denoiser(llada2["2.1"])
+    reference = GOLDEN["decode"]["modes"]["speed"]
+    result, passes, _ = _decode_passes(den, "quality", threshold=reference["threshold"], editing_threshold=reference["editing_threshold"])
+    assert result == reference["result"]
+    assert passes == [{"committed": p["committed"], "edited": p["edited"]} for p in reference["passes"]]
+
+
+def test_llada20_decode_of_an_answer_shorter_than_its_block_equals_the_release_generate(llada2):
+    """LLaDA2.0's generate clamps its steps to the answer's length (`steps = min(steps, gen_length)`):
+    a 3-token answer in blocks of 8 takes 3 steps a block, shares 3, 3, 2 (tests/golden/llada2_tiny.json
+    decode_2.0_short); one a step, as before the clamp, took 8 passes for the last block."""
+    record = GOLDEN["decode_2.0_short"]
+    reference = record["modes"]["2.0"]
+    assert record["gen_length"] < record["block_length"]
+    result, passes, _ = _decode_passes(load_denoiser(llada2["2.1"]), "2.0", record)
+    answer_end = len(record["prompt"]) + record["gen_length"]
+    assert result[:len(reference["result"])] == reference["result"] and len(passes) == len(reference["passes"])
+    # The block's tail past the answer is denoised and dropped (sharpen's frames show the canvas only, the
+    # reference's last pass is read from the answer it returns): compare the commits inside the answer.
+    inside = [[c for c in p["committed"] if c[0] < answer_end] for p in reference["passes"]]
+    assert [p["committed"] for p in passes] == inside and not any(p["edited"] for p in passes)
+
+
+def test_llada20_clamps_its_steps_to_the_answers_length_as_its_generate(llada2):
+    """LLaDA2.0's generate runs `steps = min(steps, gen_length)`: an answer shorter than its block
+    of 32 takes as many steps as it has tokens, each step a share of the block; without the clamp
+    it took one token a step."""
+    import copy
+    import dataclasses
+
+    from sharpen.core.engine import run_edit
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+
+    den = load_denoiser(llada2["2.1"])
+    assert den.spec.block.size == 32 and den.spec.block.steps_within_answer
+    span = Span(TEXT.index("return"), TEXT.index("return") + len("return a + b"), max_tokens=5)
+    clamped = list(run_edit(den, TEXT, [span], Sampling(editing="off")))
+    assert clamped[-1].result.settings["steps_per_block"] == [5]
+    unclamped_model = copy.copy(den)
+    unclamped_model.spec = dataclasses.replace(den.spec, block=dataclasses.replace(den.spec.block, steps_within_answer=False))
+    unclamped = list(run_edit(unclamped_model, TEXT, [span], Sampling(editing="off")))
+    asked = list(run_edit(unclamped_model, TEXT, [span], Sampling(editing="off", steps=5)))  # the reference's arithmetic, spelled out
+    assert [f.frame.step for f in clamped] == [f.frame.step for f in asked] != [f.frame.step for f in unclamped]
+    assert clamped[-1].result.text == asked[-1].result.text
+
+
+@pytest.mark.parametrize("editing", ["off", "quality"])
+def test_llada2_cuts_the_answer_at_its_first_end_token_in_both_modes(llada2, editing):
+    from test_block_diffusion import Forced, _forced_canvas
+
+    from sharpen.core.loops.block import block_denoise
+    from sharpen.core.loops.editing import edit_denoise
+    from sharpen.core.settings import Sampling
+
+    den = load_denoiser(llada2["2.1"])
+    eos = den.spec.eos_id
+    canvas = _forced_canvas(den, 4, 12)
+    forced = Forced(den, 4, {2: eos}, fill=60)  # the end token at slot 2, content everywhere else in the block
+    loop = block_denoise if editing == "off" else edit_denoise
+    final = list(list(loop(forced, canvas, Sampling(editing=editing), ban=False))[-1].final_ids[0][0])
+    assert final[:3] == [60, 60, eos] and all(t in den.spec.end_ids for t in final[3:])
+
+
+@pytest.mark.parametrize("settings, refused", [
+    ({"steps": 4}, "--steps has no effect on"),  # LLaDA2.1's generate takes no step count
+    ({"editing": "off", "editing_threshold": 0.3}, "--editing-threshold has no effect on"),
+    ({"cache": "none"}, "--cache has no effect on"),
+])
+def test_llada2_refuses_a_knob_its_generate_lacks_in_one_line(llada2, settings, refused):
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.errors import UsageError
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+
+    with pytest.raises(UsageError, match=refused):
+        apply_edit(load_denoiser(llada2["2.1"]), TEXT, [Span(19, 31)], Sampling(**settings))
+
+
+def test_a_masked_model_refuses_the_editing_knobs(tiny_denoiser):
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.errors import UsageError
+    from sharpen.core.settings import Sampling
+    from sharpen.core.spans import Span
+
+    for knobs, flag in (({"editing": "speed"}, "--editing "), ({"editing_threshold": 0.2}, "--editing-threshold")):
+        with pytest.raises(UsageError, match=flag):
+            apply_edit(tiny_denoiser, TEXT, [Span(19, 31)], Sampling(**knobs))
+
+
 # --- LLaDA2.1 through the front ends -----------------------------------------------------------------
 
 
@@ -101,6 +194,8 @@ def test_llada21_headless_json_counts_commits_and_edits_and_keeps_the_text_outsi
     span = out["spans"][0]
     assert span["commits"] > 0 and span["edits"] > 0  # this checkpoint's decode edits in quality mode
     assert "edits" not in runs["off"]["spans"][0]  # no editing loop, no counts
+    assert out["settings"] == {"decode": "editing", "block_size": 32, "threshold": 0.7, "editing_threshold": 0.5, "max_post_steps": 16}
+    assert runs["off"]["settings"]["decode"] == "block" and runs["off"]["settings"]["threshold"] == 0.95
     assert target.read_text() == TEXT
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from sharpen.core.engine import apply_edit, edit_options, run_edit
+from sharpen.core.engine import apply_edit, run_edit
 from sharpen.core.errors import Cancelled, UsageError
 from sharpen.core.settings import Editing, Sampling
 from sharpen.core.spans import Span
@@ -23,10 +23,20 @@ def test_the_result_is_a_change_set_every_front_end_applies(tiny_denoiser):
     assert result.changes().apply(TEXT) == result.text
 
 
-def test_edit_options_map_the_editing_request(tiny_denoiser):
-    assert edit_options(Editing()) == {"context_tokens": 1024, "length": "fixed", "prompt": "auto"}
-    options = edit_options(Editing(candidates=3, length="adaptive", context_tokens=64), path="x.py")
-    assert (options["length"], options["context_tokens"]) == ("adaptive", 64) and options["candidates"] is not None
+def test_the_request_reaches_the_engine_whole_and_its_editing_settings_are_read(tiny_denoiser):
+    from sharpen.core.engine import candidate_plan, run_request
+    from sharpen.core.request import EditRequest
+
+    assert candidate_plan(Editing()) is None
+    plan = candidate_plan(Editing(candidates=3), path="x.py")
+    assert plan is not None and plan.path == "x.py" and len(plan.scales) == 3
+    request = EditRequest(TEXT, tuple(SPANS), Sampling(steps=4), Editing(context_tokens=64))
+    by_request = [u.result for u in run_request(tiny_denoiser, request) if u.result][0]
+    by_arguments = apply_edit(tiny_denoiser, TEXT, SPANS, Sampling(steps=4), context_tokens=64)
+    assert by_request.text == by_arguments.text and by_request.prompt_tokens == by_arguments.prompt_tokens
+    wider = [u.result for u in run_request(tiny_denoiser, EditRequest(TEXT, tuple(SPANS), Sampling(steps=4), Editing(context_tokens=2)))
+             if u.result][0]
+    assert wider.prompt_tokens < by_request.prompt_tokens  # context_tokens reached the canvas
     with pytest.raises(UsageError, match="unknown length policy"):
         list(run_edit(tiny_denoiser, TEXT, SPANS, length="sideways"))
 
@@ -103,3 +113,17 @@ def test_an_edit_never_writes_a_lone_cr_or_u_fffd_into_an_lf_file(tiny_denoiser,
     monkeypatch.setattr(engine, "span_text", lambda ids, tok, drop: "a\rb\ufffd\r\n")  # what a broken model decodes to
     result = engine.apply_edit(tiny_denoiser, text, [Span(14, 22)], Sampling(steps=2))
     assert result.spans[0].text == "a\nb\n" and "\r" not in result.text and "\ufffd" not in result.text
+
+
+def test_a_configured_rewrite_strength_reaches_edit_lists_and_server_spans():
+    """A span that does not carry its own strength takes the configured one (Editing.strength),
+    from an @edits.json item and from a /v1/edits body alike; its own strength still wins."""
+    from sharpen.app.specs import parse_edit_list
+    from sharpen.core.request import EditRequest
+
+    text = "x = 1\ny = 2\n"
+    body = {"text": text, "spans": [{"start": 0, "end": 5, "mode": "rewrite"}, {"start": 6, "end": 11, "mode": "rewrite", "strength": 0.2}]}
+    served = EditRequest.from_json(body, defaults_editing=Editing(strength=0.9))
+    assert [s.strength for s in served.spans] == [0.9, 0.2]
+    items = '[{"range": "1:1-1:6", "mode": "rewrite"}, {"range": "2:1-2:6", "mode": "rewrite", "strength": 0.2}, {"range": "2:1-2:2", "mode": "rewrite"}]'
+    assert [s.strength for s in parse_edit_list(items, text, default_strength=0.9)] == [0.9, 0.2, 0.9]

@@ -216,3 +216,24 @@ async def test_a_new_endpoint_is_one_shape_and_one_route_row(denoiser):
     refused = await http.post("/v1/lengths", json={"prompt": 3})
     assert refused.status_code == 400 and refused.json()["error"]["message"] == "prompt must be a string"
     assert 'sharpen_requests_total{endpoint="/v1/lengths",status="200"} 2' in (await http.get("/metrics")).text
+
+
+async def test_llama_vims_default_sampling_fields_reach_a_threshold_decoded_model(tmp_path):
+    """llama.vim sends top_k 40 and top_p 0.9 with every request; Fast-dLLM v2's loop commits by
+    threshold and reads neither. The server drops a client's default it cannot use (the headless
+    CLI refuses the typed option), so llama.vim works with such a model: 200, text, as without them."""
+    from block_checkpoints import write_fast_dllm_v2
+    from test_serve import llama_vim_body
+
+    from sharpen.core.models.load import load_model
+    from sharpen.core.settings import ModelRequest
+
+    http = _http(LocalBackend.of(load_model(ModelRequest(model=str(write_fast_dllm_v2(tmp_path / "fast")), compile="off"))))
+    body = {**llama_vim_body(PREFIX, "", SUFFIX), "n_predict": 8}
+    reply = await http.post("/infill", json=body)
+    assert reply.status_code == 200, reply.text  # it was 400 "--top-k has no effect on ..."
+    plain = await http.post("/infill", json={k: v for k, v in body.items() if k not in ("top_k", "top_p")})
+    assert reply.json()["content"] == plain.json()["content"]
+    # sharpen's own `steps`, asked for by name, is still refused where the loop takes no step count
+    refused = await http.post("/infill", json={**body, "steps": 4})
+    assert refused.status_code == 400 and "steps" in refused.json()["error"]["message"]

@@ -232,6 +232,9 @@ def field_of(body: dict, name: str, kind, default=None, where: str = ""):
     return value
 
 
+CLIENT_DEFAULTS = ("temperature", "top_k", "top_p")  # what editors send unasked; sharpen's own `steps` is refused where unread
+
+
 def sampling_of(server: Server, body: dict) -> Sampling:
     """The sampling settings a body asks for (OpenAI / llama.cpp names) over the server's defaults."""
     values = {
@@ -247,6 +250,15 @@ def sampling_of(server: Server, body: dict) -> Sampling:
         values["top_p"] = None  # 1.0 is "all the mass": off
     if values["seed"] is not None and values["seed"] < 0:  # llama.cpp: -1 means random; ours: the default
         values["seed"] = None
+    # Editors send sampling fields by default (llama.vim: top_k 40, top_p 0.9) that some loops do
+    # not read (Fast-dLLM v2 and DiffusionGemma commit by threshold or entropy): where the model's
+    # loop does not read one, the client's default is dropped, not refused, or those clients could
+    # not use such a model; the headless CLI, where a person typed the option, refuses it instead.
+    reads = server.backend.reads(server.sampling)
+    for name in CLIENT_DEFAULTS:
+        if values[name] is not None and reads is not None and name not in reads:
+            log.debug("%s=%s dropped: this model's loop does not read it", name, values[name])
+            values[name] = None
     try:
         return server.sampling.updated(values)
     except SettingError as exc:

@@ -21,16 +21,17 @@ apart from a fresh commit; the last frame counts commits and edits per span.
 """
 from __future__ import annotations
 
-import time
+import math
+from dataclasses import replace
 from typing import Callable, Iterator
 
 import torch
 
 from ..canvas import Canvas
-from ..models.model import Attend
 from ..settings import Sampling
-from .block import prefill_prompt, sample
-from .frame import EDITED, Frame, finished_rows, slot_states
+from .block import sample
+from .frame import EDITED, Frame, slot_states
+from .scaffold import BlockRun, DecodeRule, effective_rule
 
 # (mask-to-token threshold, token-to-token editing threshold) of the release's two modes.
 EDIT_MODES = {"quality": (0.7, 0.5), "speed": (0.5, 0.0)}
@@ -60,59 +61,56 @@ def token_edits(proposal: torch.Tensor, p_token: torch.Tensor, held: torch.Tenso
     return editable & (p_token > editing_threshold) & (proposal != held)
 
 
+def edit_thresholds(mode: str, settings: Sampling) -> tuple[float, float]:
+    """(mask-to-token threshold, editing threshold): the mode's (EDIT_MODES), each replaced by the
+    user's --threshold / --editing-threshold where given; --schedule fixed commits one a step (no
+    mask-to-token threshold: the reference at a threshold no probability passes)."""
+    threshold, editing_threshold = EDIT_MODES[mode]
+    if settings.threshold is not None:
+        threshold = settings.threshold
+    if settings.schedule == "fixed":
+        threshold = math.inf
+    if settings.editing_threshold is not None:
+        editing_threshold = settings.editing_threshold
+    return threshold, editing_threshold
+
+
 def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), should_stop: Callable[[], bool] = lambda: False,
                  ban: bool = True, mode: str = "quality", max_post_steps: int = MAX_POST_STEPS) -> Iterator[Frame]:
     """The loop over one prompt canvas (its one slot range at the end); a Frame per step, the last done.
 
     Sampling as every loop (temperature, top-k, top-p, seed, samples); the thresholds come from
-    `mode` (EDIT_MODES). `ban=False` lets a slot take any id, as the reference does.
+    `mode` (EDIT_MODES) unless set (edit_thresholds); --block-size replaces the release's block
+    length. `ban=False` lets a slot take any id, as the reference does.
     """
-    threshold, editing_threshold = EDIT_MODES[mode]
-    spec, size = denoiser.spec, denoiser.spec.block.size
-    device, mask_id = denoiser.device, spec.mask_id
-    (slots,) = canvas.slots
-    n = len(canvas.ids)
-    total_len = -(-n // size) * size  # whole blocks: the tail past the slots is denoised and dropped
-    x = torch.full((settings.samples, total_len), mask_id, dtype=torch.long, device=device)  # [B, T]
-    x[:, :n] = torch.tensor(canvas.ids, device=device)
-    B = x.shape[0]
-    banned = denoiser.banned_ids.to(device) if ban else None
-    end_ids = torch.tensor(spec.end_ids, dtype=torch.long, device=device)
-    generator = torch.Generator(device=device).manual_seed(settings.seed)
-    first = slots.start // size  # blocks before it are prompt only: prefilled once
-    blocks = range(first, total_len // size)
+    threshold, editing_threshold = edit_thresholds(mode, settings)
+    rule = effective_rule(denoiser.spec.block, replace(settings, threshold=None))  # the block size; thresholds above
+    run = BlockRun.open(denoiser, canvas, settings, rule, ban)
+    x, mask_id, size, n, slots = run.x, run.mask_id, rule.size, run.n, run.slots
+    B, total_len = x.shape
+    device = x.device
     # Only the model's own commits are edited: never the prompt (its tail shares the first block),
     # nor a rewrite's kept draft (the user's text; --strength says how much of it is re-noised).
     held = x[0] != mask_id  # [T]
-    confidence = torch.zeros(B, total_len, device=device)
-    guesses = x.clone()
     commits = torch.zeros(B, total_len, dtype=torch.long, device=device)  # per position: mask-to-token commits
     edits = torch.zeros(B, total_len, dtype=torch.long, device=device)  # per position: token-to-token edits
     edited_now = torch.zeros(total_len, dtype=torch.bool, device=device)
     replaced = torch.zeros(total_len, dtype=torch.long, device=device)
-    started = time.perf_counter()
+    total = len(run.blocks) * edit_steps_per_block(size, max_post_steps)  # a bound: a block usually settles sooner
 
     def frame(step: int, done: bool = False) -> Frame:
-        final = scores = final_conf = counts = None
+        counts = None
         if done:
-            final, final_conf, scores = finished_rows(x, confidence, (commits > 0)[:, :n], slots)
             counts = ((int(commits[0, slots.start:slots.stop].sum()), int(edits[0, slots.start:slots.stop].sum())),)
         state = slot_states(x[0, :n], mask_id)
         state = torch.where(edited_now[:n], torch.full_like(state, EDITED), state)
-        total = len(blocks) * edit_steps_per_block(size, max_post_steps)  # a bound: a block usually settles sooner
-        return Frame(step, total, time.perf_counter() - started, done, "block-causal", x[0, :n].clone(),
-                     confidence[0, :n].clone(), guesses[0, :n].clone(), state, canvas.slots, final, scores, final_conf,
-                     _replaced=replaced[:n].clone(), edit_counts=counts)
+        return run.frame(step, total, done, state=state, replaced=replaced[:n].clone(), counts=counts, written=(commits > 0)[:, :n])
 
-    cache = denoiser.new_cache(B, total_len)
-    prefill = first * size
-    with torch.inference_mode():
-        if prefill:
-            prefill_prompt(denoiser, x, cache, prefill, size)
+    run.prefill()
     yield frame(0)
     step = 0
-    for k in blocks:
-        block = torch.arange(k * size, (k + 1) * size, device=device)  # [P]
+    for k in run.blocks:
+        block = run.block(k)  # [P]
         editable = ~held[block]  # [P]
         post = 0
         edited = torch.zeros((), dtype=torch.bool, device=device)  # did the last step edit anything
@@ -131,16 +129,14 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
                     post += 1
                     if post > max_post_steps:
                         break
-                logits = denoiser.logits(x, want=block, run=block, cache=cache, attend=Attend(keys=k * size, write=False))  # [B, P, V]
-                if banned is not None:
-                    logits = logits.index_fill(-1, banned, float("-inf"))
-                proposal, p_token = sample(logits, settings.temperature, settings.top_k, settings.top_p, generator)
+                logits = run.masked_logits(block, k)  # [B, P, V]
+                proposal, p_token = sample(logits, settings.temperature, settings.top_k, settings.top_p, run.generator)
                 commit = mask_commits(p_token, masked, threshold) if any_masked else torch.zeros_like(masked)
                 edit = token_edits(proposal, p_token, tokens, ~masked & editable, editing_threshold)
                 change = commit | edit
                 x[:, block] = torch.where(change, proposal, tokens)
-                guesses[:, block] = torch.where(masked & ~commit, proposal, x[:, block])
-                confidence[:, block] = torch.where(change | masked, p_token, confidence[:, block])
+                run.guesses[:, block] = torch.where(masked & ~commit, proposal, x[:, block])
+                run.confidence[:, block] = torch.where(change | masked, p_token, run.confidence[:, block])
                 commits[:, block] += commit.long()
                 edits[:, block] += edit.long()
                 edited_now.zero_()
@@ -152,10 +148,21 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
             yield frame(step)
         edited_now.zero_()
         with torch.inference_mode():  # the finished block, written once into the cache for the next
-            denoiser.logits(x, want=block[-1:], run=block, cache=cache, attend=Attend(keys=(k + 1) * size))
-        ended = torch.isin(x[:, slots.start:min((k + 1) * size, slots.stop)], end_ids).any(1)  # [B]
-        if end_ids.numel() and bool(ended.all()):  # every sample has ended its answer: the rest is padding
-            rest = x[:, slots.start:slots.stop]
-            x[:, slots.start:slots.stop] = torch.where(rest == mask_id, end_ids[0], rest)
+            run.write_block(block, k)
+        if run.ended(run.block_end(k)):  # every sample has ended its answer: the rest is padding
             break
+    run.finish()
     yield frame(step, done=True)
+
+
+def _used(rule, settings: Sampling) -> dict:
+    threshold, editing_threshold = edit_thresholds(settings.editing, settings)
+    return {"threshold": None if math.isinf(threshold) else threshold, "editing_threshold": editing_threshold,
+            "max_post_steps": MAX_POST_STEPS}
+
+
+EDITING = DecodeRule("editing", lambda denoiser, canvas, settings, should_stop=lambda: False, ban=True:
+                     edit_denoise(denoiser, canvas, settings, should_stop, ban, mode=settings.editing),
+                     lambda rule: frozenset({"threshold", "editing_threshold", "top_k", "top_p", "schedule"}),
+                     "token-to-token editing as LLaDA2.1's generate; it takes no step count (--editing off runs LLaDA2.0's decode)",
+                     lambda rule, settings, answer: edit_steps_per_block(rule.size), _used)

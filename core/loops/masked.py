@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 import torch
@@ -44,7 +44,7 @@ from ..canvas import Canvas
 from ..models.denoiser import DenoiserLike, ModelSpec
 from ..models.families import has_guidance
 from ..errors import UsageError
-from ..settings import CPU_BLOCK_SIZE, Sampling, default_block_size
+from ..settings import CPU_BLOCK_SIZE, MASKED_THRESHOLD, Sampling, default_block_size
 from .frame import Frame, slot_states
 
 REWRITE_ORDERS = ("confidence", "random")
@@ -110,6 +110,8 @@ def denoise(
 
     When `should_stop()` turns true between steps, the iterator ends without a done frame.
     """
+    if settings.threshold is None:  # unset: the masked loop's own (the masked Kind resolves it before a run)
+        settings = replace(settings, threshold=MASKED_THRESHOLD)
     device, mask_id = denoiser.device, denoiser.spec.mask_id
     try:
         impl = kernels.choose(settings.kernels, device)

@@ -19,13 +19,9 @@ from .model import FULL, Attend, KVCache, Transformer
 from ..settings import PROMPT_FORMS, default_block_size
 from ..tokenizer import Tokenizer
 
-# The kinds of denoising loop (core/loops/), one per way a model turns noise into text; a
-# model declares its kind in ModelSpec.loop and the engine picks the loop from it:
-# "masked": slots start as the mask token, attention sees the whole canvas (LLaDA, Dream, ...);
-# "random-token": slots start as random tokens refined by an encoder-decoder (DiffusionGemma);
-# "block-causal": masks denoised block after block, each block sees only the blocks before it
-# through a read-only KV cache (SDAR, Fast-dLLM v2, LLaDA2).
-LOOPS = ("masked", "random-token", "block-causal")
+# A model declares the kind of denoising loop it runs in ModelSpec.loop ("masked", "random-token",
+# "block-causal", ...); the kinds and what each one runs are the table in core/loops/kinds.py,
+# which refuses a kind it does not hold when a run starts.
 
 
 @dataclass(frozen=True)
@@ -49,6 +45,12 @@ class BlockRule:
     # first token comes from the pass before it (core/loops/subblock.py). None: the whole block.
     sub_block: int | None = None
     edits: bool = False  # the release's decode edits its own committed tokens (LLaDA2.1: core/loops/editing.py)
+    # The reference returns the answer up to its first end token (LLaDA2's and Stable-DiffCoder's
+    # generate): tokens committed after it in the same block are dropped, not written.
+    cut_at_end: bool = False
+    # The reference clamps the steps per block to the answer's length (LLaDA2.0's generate:
+    # `steps = min(steps, gen_length)`), which changes the schedule of every answer shorter than a block.
+    steps_within_answer: bool = False
 
     def __post_init__(self) -> None:
         if not (isinstance(self.size, int) and self.size >= 1):
@@ -84,7 +86,7 @@ class ModelSpec:
     # The cache refresh a run uses unless the user sets one (Sampling.refresh): Fast-dLLM's published
     # whole-canvas refresh for released checkpoints; block refresh was measured only on the embedded model.
     default_refresh: str = "canvas"
-    loop: str = "masked"  # which denoising loop runs this model (LOOPS)
+    loop: str = "masked"  # which denoising loop runs this model (a key of core/loops/kinds.py KINDS)
     # Whether it was tuned to follow instructions (an edit's instruction; the editor asks for one
     # before a rewrite). None: it was when it has a chat template, as released checkpoints ship one
     # exactly when they are. sharpen's own models say False: the embedded model's template writes a
@@ -93,8 +95,8 @@ class ModelSpec:
     block: BlockRule | None = None  # block-causal models only: block size, commit rule, prompt form
 
     def __post_init__(self) -> None:
-        if self.loop not in LOOPS:
-            raise ValueError(f"unknown loop kind {self.loop!r}; known: {', '.join(LOOPS)}")
+        if not (isinstance(self.loop, str) and self.loop):
+            raise ValueError(f"a loop kind must be a name, not {self.loop!r}")
         if (self.loop == "block-causal") != (self.block is not None):
             raise ValueError("a block-causal model needs a BlockRule, and only a block-causal model has one")
 

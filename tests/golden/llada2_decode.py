@@ -45,13 +45,16 @@ def _steps(canvases: list[torch.Tensor], final: torch.Tensor, mask_id: int, prom
 
 
 @torch.no_grad()
-def decode_record(model, checkpoint: Path, editing: bool = True) -> dict:
+def decode_record(model, checkpoint: Path, editing: bool = True, gen_length: int = GEN_LENGTH, block: int = BLOCK,
+                  steps: int = STEPS) -> dict:
     """The decode in both of LLaDA2.1's modes (`editing`), or LLaDA2.0's one (its generate has no
-    editing: every masked token above 0.95 commits, at least the step's share of the block)."""
+    editing: every masked token above 0.95 commits, at least the step's share of the block). An
+    answer shorter than the block (`gen_length` < `block`) records LLaDA2.0's step clamp
+    (`steps = min(steps, gen_length)`)."""
     mask_id, eos_id = _special(checkpoint, "<|mask|>"), _special(checkpoint, "<|endoftext|>")
     vocab = json.loads((checkpoint / "config.json").read_text())["vocab_size"]
     prompt = torch.randint(0, mask_id - 6, (1, PROMPT_LENGTH), generator=torch.Generator().manual_seed(11))  # plain BPE ids
-    record = {"prompt": prompt[0].tolist(), "block_length": BLOCK, "steps": STEPS, "gen_length": GEN_LENGTH,
+    record = {"prompt": prompt[0].tolist(), "block_length": block, "steps": steps, "gen_length": gen_length,
               "max_post_steps": MAX_POST_STEPS, "mask_id": mask_id, "eos_id": eos_id, "vocab_size": vocab, "modes": {}}
     for mode, (threshold, editing_threshold) in (MODES.items() if editing else [("2.0", (0.95, None))]):
         canvases: list[torch.Tensor] = []
@@ -64,7 +67,7 @@ def decode_record(model, checkpoint: Path, editing: bool = True) -> dict:
         handle = model.model.register_forward_pre_hook(keep, with_kwargs=True)
         try:
             extra = dict(editing_threshold=editing_threshold, max_post_steps=MAX_POST_STEPS) if editing else {}
-            result = model.generate(prompt, temperature=0.0, block_length=BLOCK, steps=STEPS, gen_length=GEN_LENGTH,
+            result = model.generate(prompt, temperature=0.0, block_length=block, steps=steps, gen_length=gen_length,
                                     threshold=threshold, eos_id=eos_id, mask_id=mask_id, **extra)
         finally:
             handle.remove()

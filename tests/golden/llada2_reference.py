@@ -170,6 +170,8 @@ def main() -> None:
         record["decode"] = decode_record(model, checkpoint)
         _, model_20 = load_reference(args.reference, checkpoint, "2.0")
         record["decode_2.0"] = decode_record(model_20, checkpoint, editing=False)
+        # An answer shorter than its block: LLaDA2.0's generate clamps its steps to the answer's length.
+        record["decode_2.0_short"] = decode_record(model_20, checkpoint, editing=False, gen_length=3, block=8, steps=8)
     args.out.write_text(json.dumps(record, separators=(",", ":")) + "\n")
     print(f"wrote {args.out} ({args.out.stat().st_size} bytes)")
 

@@ -45,6 +45,21 @@ CASES = [
     (8, 16, 2, 0.7, 20, 0.95, "low_confidence_dynamic", 4),
     (5, 11, 3, 1.0, 0, 1.0, "low_confidence_static", 4),
     (12, 12, 4, 1.0, 0, 1.0, "low_confidence_static", 2),
+    # Fewer steps than the block's 4: a step's share can exceed the masks left (a prompt's tail in the
+    # first block, or a threshold commit), and generate.py's top-k then also picks positions that are
+    # no longer masked and overwrites them (sharpen never does: docs/models.md). `overwrites` records
+    # each such write, seen from the inputs of the reference's successive passes over a block.
+    (9, 11, 5, 1.0, 0, 1.0, "low_confidence_dynamic", 2),
+    (7, 9, 6, 1.0, 0, 1.0, "low_confidence_static", 3),
+    (10, 10, 7, 1.0, 0, 1.0, "low_confidence_dynamic", 3),
+    (8, 16, 8, 0.2, 0, 1.0, "low_confidence_dynamic", 2),
+    (6, 14, 9, 1.0, 0, 1.0, "low_confidence_static", 2),
+    # What a user passes as --block-size / --threshold: generate.py's block_length and
+    # confidence_threshold at other values than the release's 4 and 0.85 (the last two fields).
+    (6, 18, 10, 1.0, 0, 1.0, "low_confidence_dynamic", 8, 8, 0.85),
+    (11, 13, 11, 0.5, 0, 1.0, "low_confidence_dynamic", 4, 4, 0.05),
+    (5, 15, 12, 1.0, 0, 1.0, "low_confidence_dynamic", 2, 2, 0.3),
+    (9, 23, 13, 0.7, 20, 0.95, "low_confidence_static", 8, 8, 0.85),
 ]
 
 
@@ -70,6 +85,16 @@ def flash_attn_stand_in() -> None:
         sys.modules[module.__name__] = module
 
 
+def overwrites(passes: list[tuple[int, list[int]]], mask_id: int) -> list[list[int]]:
+    """[position, held token, written token] for every position that held a token (prompt or
+    committed) in one pass over a block and another in the next pass over the same block."""
+    out = []
+    for (start, before), (again, after) in zip(passes, passes[1:]):
+        if again == start and len(before) == len(after):
+            out += [[start + i, a, b] for i, (a, b) in enumerate(zip(before, after)) if a != mask_id and a != b]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("clone", type=Path, help="a checkout of github.com/JetAstra/SDAR")
@@ -93,16 +118,22 @@ def main() -> None:
         generation = json.loads((ckpt / "generation_config.json").read_text())
         stops = generation["eos_token_id"]
         cases = []
-        for prompt_len, gen_len, seed, temperature, top_k, top_p, remasking, steps in CASES:
+        passes = []  # (first position, input ids) of every pass the reference runs, for `overwrites`
+        model.register_forward_pre_hook(lambda module, args, kwargs: passes.append(
+            (int(kwargs["position_ids"][0, 0]), args[0][0].tolist())), with_kwargs=True)
+        for prompt_len, gen_len, seed, temperature, top_k, top_p, remasking, steps, *knobs in CASES:
+            block, threshold = knobs or (config["block_size"], 0.85)
+            passes.clear()
             prompt = torch.randint(0, 290, (1, prompt_len), generator=torch.Generator().manual_seed(100 + seed))
             torch.manual_seed(seed)  # generate.py draws from torch's global generator
             out = reference.block_diffusion_generate(
-                model, {"input_ids": prompt}, config["mask_token_id"], gen_length=gen_len, block_length=config["block_size"],
+                model, {"input_ids": prompt}, config["mask_token_id"], gen_length=gen_len, block_length=block,
                 denoising_steps=steps, temperature=temperature, top_k=top_k, top_p=top_p, remasking_strategy=remasking,
-                confidence_threshold=0.85, stopping_criteria_idx=stops)
+                confidence_threshold=threshold, stopping_criteria_idx=stops)
             cases.append({"prompt": prompt[0].tolist(), "gen_length": gen_len, "seed": seed, "temperature": temperature,
                           "top_k": top_k, "top_p": top_p, "remasking": remasking, "denoising_steps": steps,
-                          "output": out[0].tolist()})
+                          "block_length": block, "confidence_threshold": threshold,
+                          "output": out[0].tolist(), "overwrites": overwrites(passes, config["mask_token_id"])})
     golden = {
         "reference": {"repository": "https://github.com/JetAstra/SDAR", "commit": commit,
                       "loop": "generate.py block_diffusion_generate", "model": f"{RELEASE_DIR}/modeling_sdar.py",

@@ -147,7 +147,8 @@ THRESHOLD = 0.95
 
 
 def block_rule(c: dict) -> BlockRule:
-    return BlockRule(size=BLOCK_SIZE, threshold=THRESHOLD, prompt="chat", edits=True)
+    # Both generates return the answer up to its first eos; 2.0's clamps its steps to the answer's length.
+    return BlockRule(size=BLOCK_SIZE, threshold=THRESHOLD, prompt="chat", edits=True, cut_at_end=True, steps_within_answer=True)
 
 
 def _special_ids(config: dict, tokenizer) -> dict:

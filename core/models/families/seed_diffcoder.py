@@ -77,7 +77,8 @@ def _special_ids(config: dict, tokenizer) -> dict:
 def block_rule(config: dict) -> BlockRule:
     # The Instruct release is a chat model; the Base one has no template: edits reach it as
     # plain text before the slots (core/prompted.py's "chat" needs a template: the run says so).
-    return BlockRule(size=BLOCK, threshold=None, prompt="chat", sampler="gumbel", schedule="masks", pad_last=False)
+    # generate_block returns the answer up to its first eos.
+    return BlockRule(size=BLOCK, threshold=None, prompt="chat", sampler="gumbel", schedule="masks", pad_last=False, cut_at_end=True)
 
 
 STABLE_DIFFCODER = Family(
