@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..canvas import Canvas
+from ..constraints.steering import Steering
 from ..models.model import Attend, block_causal_mask
 from ..settings import Sampling
 from .frame import Frame, finished_rows, slot_states
@@ -129,6 +130,11 @@ def block_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), sho
                      confidence[0, :n].clone(), guesses[0, :n].clone(), slot_states(x[0, :n], mask_id), canvas.slots,
                      final, scores, final_conf)
 
+    # A constrained span (core/constraints): checked before any pass, then steered every step. An
+    # empty answer is allowed here (no opening-slot rule), so pad may come first.
+    steer = Steering.for_canvas(denoiser, canvas, B, opening_banned=False)
+    if steer is not None:
+        steer.prepare(x)
     cache = denoiser.new_cache(B, total_len)
     prefill = first * size
     with torch.inference_mode():
@@ -153,12 +159,16 @@ def block_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), sho
                 logits = denoiser.logits(x, want=block, run=block, cache=cache, attend=Attend(keys=k * size, write=False))  # [B, P, V]
                 if banned is not None:
                     logits = logits.index_fill(-1, banned, float("-inf"))
+                if steer is not None:  # constrained slots: only tokens that keep their span completable
+                    logits = steer.constrain(logits, x, range(k * size, end))
                 if rule.sampler == "gumbel":
                     proposal, p_token = gumbel_sample(logits, settings.temperature, generator)
                 else:
                     proposal, p_token = sample(logits, settings.temperature, settings.top_k, settings.top_p, generator)
                 share = schedule[min(block_step, len(schedule) - 1)]
                 commit = commits(p_token, masked, share, rule.threshold if settings.schedule == "threshold" else None)
+                if steer is not None:  # commits that clash with each other: settled one at a time
+                    proposal, p_token = steer.settle(x, range(k * size, end), proposal, commit, p_token, logits)
                 x[:, block] = torch.where(commit, proposal, tokens)
                 guesses[:, block] = torch.where(commit | ~masked, x[:, block], proposal)
                 confidence[:, block] = torch.where(commit | masked, p_token.float(), confidence[:, block])

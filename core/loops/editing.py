@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 import torch
 
 from ..canvas import Canvas
+from ..constraints.steering import Steering
 from ..models.model import Attend
 from ..settings import Sampling
 from .block import prefill_prompt, sample
@@ -104,6 +105,10 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
                      confidence[0, :n].clone(), guesses[0, :n].clone(), state, canvas.slots, final, scores, final_conf,
                      _replaced=replaced[:n].clone(), edit_counts=counts)
 
+    # A constrained span (core/constraints): checked before any pass; commits and edits steered.
+    steer = Steering.for_canvas(denoiser, canvas, B, opening_banned=False)
+    if steer is not None:
+        steer.prepare(x)
     cache = denoiser.new_cache(B, total_len)
     prefill = first * size
     with torch.inference_mode():
@@ -134,9 +139,13 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
                 logits = denoiser.logits(x, want=block, run=block, cache=cache, attend=Attend(keys=k * size, write=False))  # [B, P, V]
                 if banned is not None:
                     logits = logits.index_fill(-1, banned, float("-inf"))
+                if steer is not None:  # constrained masked slots: only tokens that keep their span completable
+                    logits = steer.constrain(logits, x, range(k * size, (k + 1) * size))
                 proposal, p_token = sample(logits, settings.temperature, settings.top_k, settings.top_p, generator)
                 commit = mask_commits(p_token, masked, threshold) if any_masked else torch.zeros_like(masked)
                 edit = token_edits(proposal, p_token, tokens, ~masked & editable, editing_threshold)
+                if steer is not None:  # commits and edits that would break a span: settled one at a time
+                    proposal, p_token = steer.settle(x, range(k * size, (k + 1) * size), proposal, commit | edit, p_token, logits)
                 change = commit | edit
                 x[:, block] = torch.where(change, proposal, tokens)
                 guesses[:, block] = torch.where(masked & ~commit, proposal, x[:, block])

@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 import torch
 
 from ..canvas import Canvas
+from ..constraints.steering import refuse_constraints
 from ..models.model import Attend
 from ..settings import Sampling
 from .block import prefill_prompt, sample
@@ -33,6 +34,7 @@ from .frame import Frame, finished_rows, slot_states
 def subblock_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), should_stop: Callable[[], bool] = lambda: False,
                      ban: bool = True) -> Iterator[Frame]:
     """The loop over one prompt canvas (its one slot range at the end); a Frame per step, the last done."""
+    refuse_constraints(canvas, "sub-block")  # its shifted next-token commits are not steered yet
     spec, rule = denoiser.spec, denoiser.spec.block
     device, mask_id, size, sub = denoiser.device, spec.mask_id, rule.size, rule.sub_block
     (slots,) = canvas.slots
