@@ -97,7 +97,21 @@ def read_spans(job: HeadlessJob, config: Config, source: TextFile) -> list[Span]
     else:
         options = {"strength": config.editing.strength, "max_tokens": job.max_tokens, "instruction": job.instruction}
         spans = parse_spec(spec, source.text, mode=job.mode, path=job.file, **options)
-    return validate_spans(source.text, spans)
+    return validate_spans(source.text, constrained(spans, config))
+
+
+def constrained(spans: list[Span], config: Config) -> list[Span]:
+    """Spans with the constraint the settings ask of every span (--regex, --json-schema, ...), where
+    the edit list gave a span none of its own; every constraint compiled now, before a model loads."""
+    from dataclasses import replace
+
+    from ..core.constraints.spec import checked, from_settings
+
+    common = from_settings(config.editing)
+    spans = [replace(s, constraint=common) if s.constraint is None and common is not None else s for s in spans]
+    for constraint in {s.constraint for s in spans if s.constraint is not None}:
+        checked(constraint)
+    return spans
 
 
 def _open_edit_list(name: str):

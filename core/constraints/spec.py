@@ -131,3 +131,41 @@ def schema_regex(schema: str) -> str:
         return build_regex_from_schema(schema)
     except Exception as exc:  # the library's own errors (unsupported keyword, bad reference)
         raise ConstraintError(f"cannot turn the JSON schema into a pattern: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+MAX_FILE_BYTES = MAX_PATTERN_CHARS * 4  # a schema or grammar file: read bounded
+
+
+def from_settings(editing) -> Constraint | None:
+    """The constraint an Editing request's settings ask of every span (--regex, --json-schema FILE,
+    --grammar FILE, --require, --forbid); None when none is set. A file that cannot be read is an
+    InputError (exit 3), a bad pattern or schema a UsageError (exit 2)."""
+    from ..errors import InputError
+
+    def read(path: str, what: str) -> str:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise InputError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+        if len(data) > MAX_FILE_BYTES:
+            raise UsageError(f"the {what} {path} is too large (more than {MAX_FILE_BYTES // 1024} KiB)")
+        try:
+            return data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"the {what} {path} is not UTF-8 (invalid byte at offset {exc.start})") from None
+
+    regex, schema_file, grammar_file = editing.regex, editing.json_schema, editing.grammar
+    require, forbid = tuple(editing.require or ()), tuple(editing.forbid or ())
+    if regex is None and schema_file is None and grammar_file is None and not require and not forbid:
+        return None
+    return Constraint(regex=regex, json_schema=read(schema_file, "JSON schema") if schema_file is not None else None,
+                      grammar=read(grammar_file, "grammar") if grammar_file is not None else None, require=require, forbid=forbid)
+
+
+def checked(constraint: Constraint) -> Constraint:
+    """`constraint`, compiled once (its byte automaton) so a bad pattern is refused before a model loads."""
+    from .automaton import constraint_dfa
+
+    constraint_dfa(constraint)
+    return constraint
