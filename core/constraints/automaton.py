@@ -3,9 +3,8 @@
     dfa = constraint_dfa(constraint)                         # bytes -> states (ByteDFA)
     automaton = token_automaton(tokenizer, constraint, end_ids, banned)   # cached per (tokenizer, constraint)
 
-A pattern's DFA comes from outlines-core (its Rust regex-to-automaton, the one vLLM and SGLang
-serve with): an `Index` over a vocabulary of the 256 single bytes *is* the byte-level DFA, UTF-8
-handled by the library. Required and forbidden words are an Aho-Corasick automaton over their
+A pattern's DFA comes from interegular (a regex's exact character automaton), turned into bytes
+here (regex_dfa says how UTF-8 is handled and why not outlines-core's automaton). Required and forbidden words are an Aho-Corasick automaton over their
 bytes, built here (no library offers one that intersects), and the product of the two is taken at
 the byte level. Lifting to tokens runs every token's bytes through the DFA from every state at
 once (numpy, one array op per byte position); tokens whose columns are equal share a class, so the
@@ -54,32 +53,76 @@ class ByteDFA:
 
 
 def regex_dfa(pattern: str) -> ByteDFA:
-    """The byte-level DFA of a regular expression (whole-string match), from outlines-core."""
-    from outlines_core import Index, Vocabulary
+    """The byte-level DFA of a regular expression (whole-string match, Python syntax).
 
-    eos = 256  # a token no byte is: the library adds it to final states, which is how we read them
+    interegular parses the pattern into a character automaton with exact language semantics
+    (outlines-core's own automaton is built for leftmost-first matching: over single bytes it
+    dropped `ab cd` from `[a-z]+( [a-z]+)?` and `xy` from `(x|xy)*`, so it is used only for JSON
+    schema -> pattern). Characters become their UTF-8 bytes here: a listed character is a path of
+    its bytes; "any other character" is any ASCII byte not listed, or any well-formed multi-byte
+    sequence whose lead byte no listed character uses (sound: a text it admits always matches;
+    an unlisted character sharing a lead byte with a listed one is not offered)."""
+    import interegular
+    from interegular.fsm import anything_else
+
     try:
-        index = Index(pattern, Vocabulary(eos, {bytes([b]): [b] for b in range(256)}))
-    except Exception as exc:  # the library raises ValueError / its own errors with the regex parser's words
+        fsm = interegular.parse_pattern(pattern).to_fsm()
+    except Exception as exc:  # interegular's parse errors and its Unsupported* exceptions
         raise ConstraintError(f"cannot compile the pattern {pattern[:80]!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    transitions = index.get_transitions()
-    finals = set(index.get_final_states())
-    order = {index.get_initial_state(): 0}
-    queue = deque([index.get_initial_state()])
-    while queue:  # renumber breadth first from the start: 0 is the start state
+    symbols = dict(fsm.alphabet._symbol_mapping)  # char (or anything_else) -> class
+    other = symbols.pop(anything_else, None)
+    listed_leads = {ch.encode("utf-8")[0] for ch in symbols if len(ch.encode("utf-8")) > 1}
+    order = {fsm.initial: 0}
+    queue = deque([fsm.initial])
+    while queue:
         q = queue.popleft()
-        for byte, nxt in sorted(transitions.get(q, {}).items()):
-            if byte < 256 and nxt not in order:
+        for nxt in fsm.map.get(q, {}).values():
+            if nxt not in order:
                 order[nxt] = len(order)
                 queue.append(nxt)
-    table = np.full((len(order), 256), DEAD, dtype=np.int32)
-    accept = np.zeros(len(order), dtype=bool)
+    rows: list[np.ndarray] = [np.full(256, DEAD, dtype=np.int32) for _ in order]
+    accept = [q in fsm.finals for q in order]
+    nodes: dict[tuple, int] = {}
+
+    def node(key) -> int:  # an intermediate state inside a multi-byte character
+        if key not in nodes:
+            nodes[key] = len(rows)
+            rows.append(np.full(256, DEAD, dtype=np.int32))
+            accept.append(False)
+        return nodes[key]
+
+    def path(q: int, data: bytes, target: int) -> None:
+        at = q
+        for k, b in enumerate(data[:-1]):
+            key = (q, data[:k + 1])
+            if rows[at][b] == DEAD:
+                rows[at][b] = node(key)
+            at = int(rows[at][b])
+        rows[at][data[-1]] = target
+
     for q, i in order.items():
-        accept[i] = q in finals
-        for byte, nxt in transitions.get(q, {}).items():
-            if byte < 256:
-                table[i, byte] = order[nxt]
-    return ByteDFA(table, accept)
+        moves = fsm.map.get(q, {})
+        for ch, cls in symbols.items():
+            if cls in moves:
+                path(i, ch.encode("utf-8"), order[moves[cls]])
+        if other is not None and other in moves:
+            target = order[moves[other]]
+            for b in range(0x80):
+                if chr(b) not in symbols:
+                    rows[i][b] = target
+            # Any other multi-byte character: a lead byte, then its continuation bytes (0x80-0xBF).
+            # Only leads whose every continuation is well-formed UTF-8 (no overlong forms, no
+            # surrogates): E0, ED, F0 and F4 are left out, so every admitted text decodes.
+            for leads, extra in ((range(0xC2, 0xE0), 1), ([*range(0xE1, 0xED), 0xEE, 0xEF], 2), (range(0xF1, 0xF4), 3)):
+                chain = [target]  # chain[k]: k continuation bytes still to come
+                for k in range(1, extra + 1):
+                    n = node((i, "any", target, k))
+                    rows[n][0x80:0xC0] = chain[k - 1]
+                    chain.append(n)
+                for b in leads:
+                    if b not in listed_leads:
+                        rows[i][b] = chain[extra]
+    return ByteDFA(np.stack(rows), np.array(accept, dtype=bool))
 
 
 def words_dfa(required: tuple[str, ...], forbidden: tuple[str, ...]) -> ByteDFA:

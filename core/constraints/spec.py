@@ -27,7 +27,7 @@ class ConstraintError(UsageError):
 
 @dataclass(frozen=True)
 class Constraint:
-    regex: str | None = None  # the whole span's text matches it (Python / Rust regex syntax, no look-around)
+    regex: str | None = None  # the whole span's text matches it (Python regex syntax as interegular reads it: no look-around, no back-references)
     json_schema: str | None = None  # a JSON schema's text; the span is a JSON value it accepts
     grammar: str | None = None  # a Lark grammar's text (start rule `start`); see grammar.py for the subset
     require: tuple[str, ...] = ()  # each appears in the span's text
