@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -234,12 +234,19 @@ def trimmed(dfa: ByteDFA) -> ByteDFA:
     return ByteDFA(table, dfa.accept[keep])
 
 
+def _check_size(dfa: ByteDFA) -> ByteDFA:
+    if dfa.states > MAX_STATES:
+        raise ConstraintError(f"the constraint's automaton has {dfa.states:,} states (at most {MAX_STATES:,}); simplify the pattern "
+                              "(fewer nested brackets, shorter bounded repeats)")
+    return dfa
+
+
 def constraint_dfa(constraint: Constraint) -> ByteDFA:
     """The byte DFA of everything `constraint` asks: its pattern (regex, schema or grammar) and its words."""
     parts = []
     pattern = constraint.pattern()
     if pattern is not None:
-        parts.append(regex_dfa(pattern))
+        parts.append(_check_size(regex_dfa(pattern)))
     if constraint.require or constraint.forbid:
         parts.append(words_dfa(constraint.require, constraint.forbid))
     if not parts:
@@ -250,7 +257,7 @@ def constraint_dfa(constraint: Constraint) -> ByteDFA:
     return trimmed(dfa)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TokenAutomaton:
     """A constraint over token ids: states 0..Q-1 of the byte DFA plus END (index Q), tokens in classes.
 
@@ -269,6 +276,18 @@ class TokenAutomaton:
     @property
     def states(self) -> int:
         return self.table.shape[0]
+
+    @cached_property
+    def sparse(self) -> dict[bool, tuple[np.ndarray, np.ndarray]]:
+        """The successor relations as CSR (row pointers, successor states), content-only (True) and
+        with pad/eos (False): a large automaton's masked slot costs its edges, not states squared."""
+        out = {}
+        for content, succ in ((True, self.succ_content), (False, self.succ_any)):
+            rows, cols = np.nonzero(succ)
+            ptr = np.zeros(self.states + 1, dtype=np.int64)
+            np.add.at(ptr, rows + 1, 1)
+            out[content] = (np.cumsum(ptr), cols.astype(np.int64))
+        return out
 
     def min_tokens(self) -> int | None:
         """The fewest content tokens of an accepted text (None: no text at all is accepted)."""
@@ -299,28 +318,23 @@ def lift(dfa: ByteDFA, token_bytes: list[bytes | None], end_ids: tuple[int, ...]
     classes[dead_column.tobytes()] = 0
     columns.append(dead_column)
     lengths = np.array([len(b) if b else 0 for b in token_bytes], dtype=np.int64)
-    for start in range(0, V, chunk):
-        ids = np.arange(start, min(V, start + chunk))
-        n_len = lengths[ids]
-        width = int(n_len.max(initial=0))
-        data = np.zeros((len(ids), max(width, 1)), dtype=np.int64)
-        for row, i in enumerate(ids):
-            if n_len[row]:
-                data[row, :n_len[row]] = np.frombuffer(token_bytes[i], dtype=np.uint8)
-        states = np.repeat(np.arange(Q, dtype=np.int32)[:, None], len(ids), axis=1)  # [Q, n]
-        for k in range(width):
-            going = n_len > k
-            states[:, going] = ext[states[:, going], data[going, k]]
-        states[:, n_len == 0] = DEAD  # unusable (None) and empty tokens
-        unique, inverse = np.unique(states.T, axis=0, return_inverse=True)
-        local = np.empty(len(unique), dtype=np.int32)
-        for u, column in enumerate(unique):
-            key = column.tobytes()
-            if key not in classes:
-                classes[key] = len(columns)
-                columns.append(column.astype(np.int32))
-            local[u] = classes[key]
-        token_class[ids] = local[inverse.reshape(-1)]
+    # Tokens of one length at a time: every byte position is one gather over [states, tokens], no masks.
+    for width in np.unique(lengths[lengths > 0]).tolist():
+        group = np.flatnonzero(lengths == width)
+        for begin in range(0, len(group), chunk):
+            ids = group[begin:begin + chunk]
+            data = np.frombuffer(b"".join(token_bytes[i] for i in ids), dtype=np.uint8).reshape(len(ids), width)
+            states = np.repeat(np.arange(Q, dtype=np.int32)[:, None], len(ids), axis=1)  # [Q, n]
+            for k in range(width):
+                states = ext[states, data[:, k]]
+            by_token = np.ascontiguousarray(states.T)  # [n, Q]: one column of the table per token
+            for row, i in enumerate(ids):
+                key = by_token[row].tobytes()
+                c = classes.get(key)
+                if c is None:
+                    c = classes[key] = len(columns)
+                    columns.append(by_token[row].copy())
+                token_class[i] = c
     END = Q
     end_class = -1
     if end_ids:

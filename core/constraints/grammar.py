@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .spec import ConstraintError
 
-MAX_DEPTH = 6
+MAX_DEPTH = 4  # rule nesting; repetition costs none: about 2 levels of brackets in a bracketed grammar (3 kinds: ~4k states)
 MAX_PATTERN = 200_000  # characters of the expanded pattern; deeper bounds past this are not tried
 
 
@@ -59,22 +59,39 @@ def _expand(symbol: str, depth: int, rules, terminals, gap: str, memo) -> str | 
     """The pattern of `symbol`'s sentences within `depth` rule levels; None: it has none."""
     if symbol in terminals:
         return f"(?:{terminals[symbol]})"
-    if depth == 0:
+    if depth <= 0:
         return None
     key = (symbol, depth)
     if key in memo:
         return memo[key]
-    alternatives = []
-    for expansion in rules.get(symbol, []):
+    def sequence(symbols, cost: int = 1) -> str | None:
         parts = []
-        for sym in expansion:
-            part = _expand(sym.name, depth - 1 if not sym.is_term else depth, rules, terminals, gap, memo)
+        for sym in symbols:
+            part = _expand(sym.name, depth - cost if not sym.is_term else depth, rules, terminals, gap, memo)
             if part is None:
-                break
+                return None
             parts.append(part)
-        else:
-            alternatives.append(gap.join(parts))  # an empty expansion is the empty string
-    result = None if not alternatives else f"(?:{'|'.join(alternatives)})"
+        return gap.join(parts)  # an empty sequence is the empty string
+
+    def either(patterns) -> str | None:
+        patterns = [p for p in patterns if p is not None]
+        return f"(?:{'|'.join(patterns)})" if patterns else None
+
+    expansions = rules.get(symbol, [])
+    own = lambda e: sum(s.name == symbol for s in e)  # noqa: E731
+    # Repetition (what Lark makes of `x*` and `x+`: A -> A x | x) is a star, not nesting: it
+    # costs no depth, so only brackets and other true recursion are bounded.
+    left = [e[1:] for e in expansions if e and e[0].name == symbol and own(e) == 1]
+    right = [e[:-1] for e in expansions if e and e[-1].name == symbol and own(e) == 1]
+    base = [e for e in expansions if own(e) == 0]
+    if left and base and len(left) + len(base) == len(expansions):
+        head, tail = either(sequence(e, 0) for e in base), either(sequence(e, 0) for e in left)
+        result = head if head is None or tail is None else f"{head}(?:{gap}{tail})*"
+    elif right and base and len(right) + len(base) == len(expansions):
+        head, tail = either(sequence(e, 0) for e in right), either(sequence(e, 0) for e in base)
+        result = tail if tail is None or head is None else f"(?:{head}{gap})*{tail}"
+    else:
+        result = either(sequence(e) for e in expansions)
     if result is not None and len(result) > MAX_PATTERN:
         raise _TooLarge
     memo[key] = result

@@ -37,6 +37,19 @@ from .spec import ConstraintError
 log = logging.getLogger(__name__)
 
 
+DENSE_STATES = 256  # up to this many states a masked slot's step is a dense [Q, Q] read; past it, CSR
+
+
+def _ranges(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The positions ptr[r]..ptr[r+1] of every row r in `rows`, concatenated (CSR gather, no Python loop)."""
+    starts = ptr[rows]
+    lengths = ptr[rows + 1] - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(total)
+
+
 @dataclass
 class _SpanSets:
     """One (row, span)'s forward and backward sets, valid for `ids` on [0, f_valid] and [b_valid, S]."""
@@ -72,8 +85,13 @@ class _SpanSets:
     def _step_forward(self, F: np.ndarray, i: int, token: int) -> np.ndarray:
         a = self.automaton
         if token == self.mask_id:
-            succ = a.succ_content if (self.opening and i == 0) else a.succ_any
-            return succ[F].any(0)
+            content = self.opening and i == 0
+            if a.states > DENSE_STATES:
+                ptr, succ = a.sparse[content]
+                out = np.zeros(a.states, dtype=bool)
+                out[succ[_ranges(ptr, np.flatnonzero(F))]] = True
+                return out
+            return (a.succ_content if content else a.succ_any)[F].any(0)
         c = self._class(token, i)
         nxt = a.table[F, c]
         out = np.zeros(a.states, dtype=bool)
@@ -83,8 +101,14 @@ class _SpanSets:
     def _step_backward(self, B: np.ndarray, i: int, token: int) -> np.ndarray:
         a = self.automaton
         if token == self.mask_id:
-            succ = a.succ_content if (self.opening and i == 0) else a.succ_any
-            return succ[:, B].any(1)
+            content = self.opening and i == 0
+            if a.states > DENSE_STATES:
+                ptr, succ = a.sparse[content]
+                if not len(succ):
+                    return np.zeros(a.states, dtype=bool)
+                counts = np.add.reduceat(B[succ].astype(np.int32), np.minimum(ptr[:-1], len(succ) - 1))
+                return (counts > 0) & (ptr[1:] > ptr[:-1])  # reduceat reads one entry for an empty row
+            return (a.succ_content if content else a.succ_any)[:, B].any(1)
         c = self._class(token, i)
         return np.append(B, False)[a.table[:, c]]  # DEAD (-1) reads the appended False
 
