@@ -105,12 +105,13 @@ def constrained(spans: list[Span], config: Config) -> list[Span]:
     the edit list gave a span none of its own; every constraint compiled now, before a model loads."""
     from dataclasses import replace
 
-    from ..core.constraints.spec import checked, from_settings
+    from ..core.constraints.automaton import constraint_dfa
+    from ..core.constraints.spec import from_settings
 
     common = from_settings(config.editing)
     spans = [replace(s, constraint=common) if s.constraint is None and common is not None else s for s in spans]
     for constraint in {s.constraint for s in spans if s.constraint is not None}:
-        checked(constraint)
+        constraint_dfa(constraint)  # a bad pattern is refused before a model loads
     return spans
 
 

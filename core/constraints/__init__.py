@@ -12,6 +12,7 @@
 
 Only spec.py is imported here: the rest loads numpy, torch or the libraries when a run asks.
 """
-from .spec import Constraint, ConstraintError
+from .errors import ConstraintError
+from .spec import Constraint
 
 __all__ = ["Constraint", "ConstraintError"]

@@ -23,7 +23,8 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from .spec import Constraint, ConstraintError
+from .errors import ConstraintError
+from .spec import Constraint
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ start rule `start`. %ignore'd terminals (whitespace) may stand between any two s
 """
 from __future__ import annotations
 
-from .spec import ConstraintError
+from .errors import ConstraintError
 
 MAX_DEPTH = 4  # rule nesting; repetition costs none: about 2 levels of brackets in a bracketed grammar (3 kinds: ~4k states)
 MAX_PATTERN = 200_000  # characters of the expanded pattern; deeper bounds past this are not tried

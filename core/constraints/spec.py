@@ -16,13 +16,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import UsageError
+from .errors import ConstraintError
 
 MAX_PATTERN_CHARS = 64 * 1024  # a schema or grammar a person writes; a larger one is refused, not compiled
 MAX_WORDS = 64
-
-
-class ConstraintError(UsageError):
-    """A constraint that cannot be compiled, or that no canvas of the given length can meet (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -162,10 +159,3 @@ def from_settings(editing) -> Constraint | None:
     return Constraint(regex=regex, json_schema=read(schema_file, "JSON schema") if schema_file is not None else None,
                       grammar=read(grammar_file, "grammar") if grammar_file is not None else None, require=require, forbid=forbid)
 
-
-def checked(constraint: Constraint) -> Constraint:
-    """`constraint`, compiled once (its byte automaton) so a bad pattern is refused before a model loads."""
-    from .automaton import constraint_dfa
-
-    constraint_dfa(constraint)
-    return constraint

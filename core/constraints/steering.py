@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .automaton import DEAD, TokenAutomaton, token_automaton
-from .spec import ConstraintError
+from .errors import ConstraintError
 
 log = logging.getLogger(__name__)
 
