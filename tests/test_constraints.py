@@ -445,3 +445,16 @@ def test_a_loop_that_does_not_steer_refuses_a_constraint_before_its_first_pass(b
 
     with pytest.raises(ConstraintError, match="sub-block loop does not yet"):
         apply_edit(block_models["fast-dllm-v2"], "x = \n", [Span(4, 4, max_tokens=6, constraint=Constraint(regex="[0-9]+"))])
+
+
+def test_candidate_rows_of_every_length_match_even_where_a_match_cannot_take_the_row_exactly(embedded):
+    """--candidates: rows of exact lengths (pad banned inside each, core/candidates.py ExactRows).
+    A row no match fits exactly becomes "at most its length"; every alternative matches."""
+    from sharpen.core.candidates import plan_for_count
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.settings import Sampling
+
+    for seed in range(2):
+        result = apply_edit(embedded, 'released = ""\n', [Span(12, 12, constraint=Constraint(regex=DATE))],
+                            Sampling(seed=seed, temperature=1.0, samples=2), candidates=plan_for_count(4))
+        assert result.spans[0].alternatives and all(re.fullmatch(DATE, t) for t in result.spans[0].alternatives)

@@ -55,7 +55,7 @@ class _SpanSets:
     """One (row, span)'s forward and backward sets, valid for `ids` on [0, f_valid] and [b_valid, S]."""
 
     automaton: TokenAutomaton
-    opening: bool  # slot 0 may not take pad/eos (the masked loop never leaves an infill empty)
+    no_end: np.ndarray  # [S] bool: slots that may not take pad/eos (an infill's first slot, an exact candidate row's length)
     mask_id: int
     S: int
     ids: np.ndarray | None = None
@@ -85,7 +85,7 @@ class _SpanSets:
     def _step_forward(self, F: np.ndarray, i: int, token: int) -> np.ndarray:
         a = self.automaton
         if token == self.mask_id:
-            content = self.opening and i == 0
+            content = bool(self.no_end[i])
             if a.states > DENSE_STATES:
                 ptr, succ = a.sparse[content]
                 out = np.zeros(a.states, dtype=bool)
@@ -101,7 +101,7 @@ class _SpanSets:
     def _step_backward(self, B: np.ndarray, i: int, token: int) -> np.ndarray:
         a = self.automaton
         if token == self.mask_id:
-            content = self.opening and i == 0
+            content = bool(self.no_end[i])
             if a.states > DENSE_STATES:
                 ptr, succ = a.sparse[content]
                 if not len(succ):
@@ -115,7 +115,7 @@ class _SpanSets:
     def _class(self, token: int, i: int) -> int:
         a = self.automaton
         c = int(a.token_class[token]) if token < len(a.token_class) else a.dead_class
-        return a.dead_class if (self.opening and i == 0 and c == a.end_class) else c
+        return a.dead_class if (c == a.end_class and self.no_end[i]) else c
 
     def forward(self, i: int) -> np.ndarray:
         while self.f_valid < i:
@@ -149,7 +149,7 @@ class _SpanSets:
             for k in range(hi - 1, i, -1):
                 B = self._step_backward(B, k, int(ids[k]))
         allowed = np.append(B, False)[a.table[F]].any(0)  # [C]
-        if self.opening and i == 0 and a.end_class >= 0:
+        if self.no_end[i] and a.end_class >= 0:
             allowed[a.end_class] = False
         return allowed
 
@@ -176,11 +176,21 @@ class Steering:
     """The constrained spans of one canvas, for every row of the batch (see the module's notes)."""
 
     def __init__(self, entries: list[_Entry], automata: list[TokenAutomaton], rows: int, mask_id: int, end_ids: tuple[int, ...],
-                 opening_banned: bool) -> None:
+                 opening_banned: bool, content: np.ndarray | None = None) -> None:
+        """`content` [rows, T] bool: canvas positions that may not take pad/eos (besides an infill's
+        first slot when `opening_banned`)."""
         self.entries, self.automata, self.rows, self.mask_id = entries, automata, rows, mask_id
         self.end_ids = end_ids
-        self.sets = [[_SpanSets(a, opening_banned and not e.rewrite and bool(end_ids), mask_id, len(e.slots)) for e, a in zip(entries, automata)]
-                     for _ in range(rows)]
+
+        def no_end(b: int, e: _Entry) -> np.ndarray:
+            out = np.zeros(len(e.slots), dtype=bool) if content is None else content[b, e.slots.start:e.slots.stop].copy()
+            if opening_banned and not e.rewrite and end_ids and len(out):
+                out[0] = True
+            return out
+
+        self.sets = [[_SpanSets(a, no_end(b, e), mask_id, len(e.slots)) for e, a in zip(entries, automata)] for b in range(rows)]
+        self.opening_banned = opening_banned
+        self.exact_view: torch.Tensor | None = None  # the denoiser view's [B, T] content mask, when rows are exact lengths
         self.positions = np.array([p for e in entries for p in e.slots], dtype=np.int64)  # every constrained slot
         self._where = {p: (k, p - e.slots.start) for k, e in enumerate(entries) for p in e.slots}
         self._classes: dict[tuple[int, int, str], torch.Tensor] = {}  # (automaton, V, device) -> token_class [V]
@@ -198,7 +208,12 @@ class Steering:
         end_ids = tuple(spec.end_ids)
         entries = [_Entry(k, r, span.name, span.constraint, span.mode == "rewrite") for k, span, r in constrained]
         automata = [token_automaton(denoiser.tokenizer, e.constraint, end_ids, banned - set(end_ids)) for e in entries]
-        return cls(entries, automata, rows, spec.mask_id, end_ids, opening_banned)
+        # Exact-length candidate rows (core/candidates.py ExactRows) ban pad/eos inside each row's length.
+        view = getattr(denoiser, "content", None)
+        content = view.cpu().numpy() if isinstance(view, torch.Tensor) else None
+        steer = cls(entries, automata, rows, spec.mask_id, end_ids, opening_banned, content)
+        steer.exact_view = view if content is not None else None
+        return steer
 
     # -- reading the canvas -------------------------------------------------------------------
 
@@ -234,6 +249,15 @@ class Steering:
                 if end.numel():
                     x[b, e.slots.start:e.slots.stop] = torch.where(torch.isin(region, end), self.mask_id, region)
                     sets.update(x[b, e.slots.start:e.slots.stop].cpu().numpy())
+                if not sets.completable() and sets.no_end[1:].any():
+                    # An exact-length candidate row no match fits: it becomes "at most its length"
+                    # (the view that bans pad inside it is told too, or its -inf would leave no token).
+                    sets.no_end[1:] = False
+                    sets.no_end[0] = self.opening_banned and not e.rewrite and bool(self.end_ids)
+                    sets.ids = None
+                    sets.update(x[b, e.slots.start:e.slots.stop].cpu().numpy())
+                    if self.exact_view is not None:
+                        self.exact_view[b, e.slots.start + 1:e.slots.stop] = False
                 if not sets.completable() and e.rewrite:
                     x[b, e.slots.start:e.slots.stop] = self.mask_id
                     sets.update(x[b, e.slots.start:e.slots.stop].cpu().numpy())
