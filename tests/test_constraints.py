@@ -458,3 +458,47 @@ def test_candidate_rows_of_every_length_match_even_where_a_match_cannot_take_the
         result = apply_edit(embedded, 'released = ""\n', [Span(12, 12, constraint=Constraint(regex=DATE))],
                             Sampling(seed=seed, temperature=1.0, samples=2), candidates=plan_for_count(4))
         assert result.spans[0].alternatives and all(re.fullmatch(DATE, t) for t in result.spans[0].alternatives)
+
+
+# -- the editor's palette -------------------------------------------------------------------------
+
+
+async def test_palette_infill_with_pattern_and_rewrite_keeping_words(tmp_path, embedded):
+    from pilot import make_app, top_command, wait_for, with_model
+
+    from sharpen.app.tui.editor_pane import IDLE, PREVIEW
+
+    path = tmp_path / "release.py"
+    path.write_text('released = ""\n\ndef total(xs):\n    s = 0\n    for x in xs:\n        s += x\n    return s\n')
+    app = make_app([path])
+    async with app.run_test(size=(100, 32)) as pilot:
+        await with_model(app, pilot, embedded)
+        pane = app.active_pane()
+        editor = pane.editor
+        editor.selection = ((0, 12), (0, 12))
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Infill with pattern")
+        await wait_for(pilot, lambda: top_command(app) == "Infill with pattern")
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.press(*DATE)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        await pilot.press("tab")
+        assert pane.phase == IDLE
+        line = editor.buffer_text.splitlines()[0]
+        assert re.fullmatch(DATE, line[len('released = "'):-1]), line
+
+        editor.selection = ((3, 0), (6, 12))
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Rewrite keeping words")
+        await wait_for(pilot, lambda: top_command(app) == "Rewrite keeping words")
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.press(*"total sum")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        rewritten = pane.preview.text
+        await pilot.press("tab")
+        body = editor.buffer_text.split("def total(xs):\n", 1)[1]
+        assert "total" in body and "sum" in body, (rewritten, body)

@@ -231,6 +231,55 @@ class EditorPane(Container):
 
         self.app.push_screen(PromptScreen("Rewrite instruction (empty: none):", placeholder="e.g. make it iterative"), with_instruction)
 
+    def action_infill_pattern(self) -> None:
+        """Infill with a constraint (docs/constraints.md): the span's text will match the pattern asked for."""
+        if not self._ready("infill_pattern"):
+            return
+        start, end = self.editor.selected_offsets()
+        budget = self.session.config.editing.infill_tokens if start == end else None
+
+        def with_pattern(answer: str | None) -> None:
+            if answer and answer.strip():
+                constraint = self._constraint(regex=answer.strip())
+                if constraint is not None:
+                    self.start([Span(start, end, "infill", max_tokens=budget, constraint=constraint)])
+
+        self.app.push_screen(PromptScreen("Pattern the infill must match (a regular expression):",
+                                          placeholder="e.g. [0-9]{4}-[0-9]{2}-[0-9]{2}"), with_pattern)
+
+    def action_rewrite_keeping(self) -> None:
+        """Rewrite the selection; every word asked for stays in it (a required-words constraint)."""
+        start, end = self.editor.selected_offsets()
+        if start == end:
+            self.notify("select the text to rewrite first", severity="warning", timeout=3)
+            return
+        if not self._ready("rewrite_keeping"):
+            return
+        strength = self.session.strength
+
+        def with_words(answer: str | None) -> None:
+            words = tuple(answer.split()) if answer else ()
+            if words:
+                constraint = self._constraint(require=words)
+                if constraint is not None:
+                    self.start([Span(start, end, "rewrite", strength=strength, constraint=constraint)])
+
+        self.app.push_screen(PromptScreen("Words the rewrite must keep (separated by spaces):", placeholder="e.g. total return"), with_words)
+
+    def _constraint(self, **fields):
+        """The constraint, compiled now (a bad pattern is a warning, not a run); None when refused."""
+        from ...core.constraints import Constraint
+        from ...core.constraints.automaton import constraint_dfa
+        from ...core.errors import UsageError
+
+        try:
+            constraint = Constraint(**fields)
+            constraint_dfa(constraint)
+        except UsageError as exc:
+            self.notify(str(exc), severity="warning", timeout=5)
+            return None
+        return constraint
+
     def action_mark_region(self) -> None:
         editor = self.editor
         why_not = editor.add_mark(*editor.selected_offsets())
