@@ -7,6 +7,7 @@ them back with the one config_from: defaults < config file < command line.
 from __future__ import annotations
 
 import argparse
+import typing
 from dataclasses import fields
 from pathlib import Path
 
@@ -27,6 +28,8 @@ def add_settings(parser: argparse.ArgumentParser, request: type[Request], title:
         options: dict = {"dest": f.name, "default": None, "help": rule.help + shown}
         if kind is bool:
             options["action"] = argparse.BooleanOptionalAction if optional else "store_true"
+        elif typing.get_origin(kind) is tuple:  # a list of words: the flag repeats (--require a --require b)
+            options.update(action="append", type=str, metavar=rule.metavar)
         else:
             options["type"] = kind
             options["choices"] = rule.choices

@@ -98,7 +98,22 @@ def read_spans(job: HeadlessJob, config: Config, source: TextFile) -> list[Span]
     else:
         options = {"strength": config.editing.strength, "max_tokens": job.max_tokens, "instruction": job.instruction}
         spans = parse_spec(spec, source.text, mode=job.mode, path=job.file, **options)
-    return spans  # validated once, by the EditRequest they go into
+    return constrained(spans, config)  # validated once, by the EditRequest they go into
+
+
+def constrained(spans: list[Span], config: Config) -> list[Span]:
+    """Spans with the constraint the settings ask of every span (--regex, --json-schema, ...), where
+    the edit list gave a span none of its own; every constraint compiled now, before a model loads."""
+    from dataclasses import replace
+
+    from ..core.constraints.automaton import constraint_dfa
+    from ..core.constraints.spec import from_settings
+
+    common = from_settings(config.editing)
+    spans = [replace(s, constraint=common) if s.constraint is None and common is not None else s for s in spans]
+    for constraint in {s.constraint for s in spans if s.constraint is not None}:
+        constraint_dfa(constraint)  # a bad pattern is refused before a model loads
+    return spans
 
 
 def _open_edit_list(name: str):

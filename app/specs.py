@@ -15,6 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from ..core.constraints import Constraint
 from ..core.errors import SpanError, UsageError
 from ..core.spans import MODES, Span
 from .syntax_specs import syntax_range
@@ -23,7 +24,9 @@ from .syntax_specs import syntax_range
 _POINT = r"([0-9]+):([0-9]+)"
 _RANGE = re.compile(rf"^{_POINT}-{_POINT}$")
 _LINES = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
-_MAX_DIGITS = 12  # longer numbers are never a real position (and int() refuses > 4300 digits)
+_MAX_DIGITS = 12
+# An edit's own constraint (Constraint.from_json): json_schema may be the schema object itself.
+CONSTRAINT_KEYS = ("regex", "json_schema", "grammar", "require", "forbid")  # longer numbers are never a real position (and int() refuses > 4300 digits)
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,8 @@ def parse_spec(spec: str, text: str, mode: str = "infill", path: str | None = No
 
 
 def parse_edit_list(source: str, text: str, name: str = "edits", path: str | None = None, default_strength: float = 0.5) -> list[Span]:
-    """JSON: a list of {range, mode?, instruction?, max_tokens?, strength?}; a range may be a
+    """JSON: a list of {range, mode?, instruction?, max_tokens?, strength?, regex? | json_schema? | grammar?,
+    require?, forbid?} (the last five: this span's constraint, core/constraints/); a range may be a
     syntax form (body@12, node@12:5, ...) as in a plain SPEC; `path` names the grammar; an edit
     without its own strength takes `default_strength` (the configured Editing.strength)."""
     try:
@@ -109,7 +113,7 @@ def parse_edit_list(source: str, text: str, name: str = "edits", path: str | Non
         raise UsageError(f"{name}: expected a non-empty JSON list of edits")
     index = LineIndex.of(text)
     spans = []
-    allowed = {"range", "mode", "instruction", "max_tokens", "strength"}
+    allowed = {"range", "mode", "instruction", "max_tokens", "strength", *CONSTRAINT_KEYS}
     for n, item in enumerate(items, 1):
         if not isinstance(item, dict) or not isinstance(item.get("range"), str):
             raise UsageError(f"{name}: edit {n} needs a \"range\" string like \"3:5-3:20\"")
@@ -131,7 +135,10 @@ def parse_edit_list(source: str, text: str, name: str = "edits", path: str | Non
         found = syntax_range(item["range"], text, index, path)
         start, end = found if found is not None else parse_range(item["range"], index)
         label = item["range"].strip()
-        spans.append(Span(start, end, mode=mode, max_tokens=max_tokens, strength=float(strength), instruction=instruction, label=label))
+        given = {k: item[k] for k in CONSTRAINT_KEYS if k in item}  # this span's own constraint (core/constraints)
+        constraint = Constraint.from_json(given, f"{name}: edit {n}") if given else None
+        spans.append(Span(start, end, mode=mode, max_tokens=max_tokens, strength=float(strength), instruction=instruction, label=label,
+                          constraint=constraint))
     return spans
 
 

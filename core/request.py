@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from .constraints import Constraint
 from .errors import SpanError, UsageError
 from .settings import Editing, Sampling, SettingError
 from .spans import MODES, Span, validate_spans
@@ -81,6 +82,8 @@ def _span_json(span: Span) -> dict:
         out["strength"] = span.strength
     if span.instruction:
         out["instruction"] = span.instruction
+    if span.constraint is not None:
+        out["constraint"] = span.constraint.to_json()
     return out
 
 
@@ -88,7 +91,7 @@ def _span_of(data: Any, index: int, strength: float = Editing().strength) -> Spa
     where = f"spans[{index}]"
     if not isinstance(data, dict):
         raise UsageError(f"{where} must be an object")
-    _only(data, {"start", "end", "mode", "max_tokens", "strength", "instruction"}, where)
+    _only(data, {"start", "end", "mode", "max_tokens", "strength", "instruction", "constraint"}, where)
     start, end = data.get("start"), data.get("end", data.get("start"))
     for name, value in (("start", start), ("end", end)):
         if not _whole(value):
@@ -105,7 +108,8 @@ def _span_of(data: Any, index: int, strength: float = Editing().strength) -> Spa
     instruction = data.get("instruction")
     if instruction is not None and not isinstance(instruction, str):
         raise UsageError(f"{where}.instruction must be a string")
-    return Span(start, end, mode, max_tokens, float(strength), instruction or None, label=where)
+    constraint = Constraint.from_json(data["constraint"], f"{where}.constraint") if data.get("constraint") is not None else None
+    return Span(start, end, mode, max_tokens, float(strength), instruction or None, label=where, constraint=constraint)
 
 
 def _settings(defaults, values: Any, name: str):

@@ -111,6 +111,8 @@ def check(request) -> None:
             raise SettingError(f.name, "must be a number")
         if kind is str and not isinstance(value, str):
             raise SettingError(f.name, "must be a string")
+        if typing.get_origin(kind) is tuple and not (isinstance(value, tuple) and all(isinstance(v, str) for v in value)):
+            raise SettingError(f.name, "must be a list of strings")
         if rule.choices and value not in rule.choices:
             raise SettingError(f.name, rule.describe())
         if rule.parse is not None:
@@ -136,7 +138,8 @@ class Request:
 
     def updated(self, values: dict[str, Any]):
         """A copy with `values` (field -> value) applied; None values mean "not given" and are skipped."""
-        return replace(self, **{k: v for k, v in values.items() if v is not None})
+        # A list (a repeated flag, a TOML array, JSON) is kept as a tuple: requests stay hashable values.
+        return replace(self, **{k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if v is not None})
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
@@ -269,6 +272,13 @@ class Editing(Request):
     # Block-causal models (SDAR, Fast-dLLM v2) cannot see the text after a span: it reaches them
     # through the prompt (core/prompted.py). auto: the form the release documents (docs/models.md).
     prompt: str = setting("auto", "block-causal models: how the text around a span reaches them: the release's own form, its chat template, or fill-in-the-middle tokens", choices=PROMPT_FORMS)
+    # Constraints on every span's text (core/constraints/), kept at every denoising step; an edit
+    # list (@edits.json) may give each span its own. At most one of regex / json_schema / grammar.
+    regex: str | None = setting(None, "every span's text matches this regular expression (steered at every step)", metavar="PATTERN")
+    json_schema: str | None = setting(None, "every span's text is JSON that this JSON schema file accepts", metavar="FILE")
+    grammar: str | None = setting(None, "every span's text is a sentence of this Lark grammar file (docs/constraints.md: the subset)", metavar="FILE")
+    require: tuple[str, ...] | None = setting(None, "a word every span's text must contain (repeat the flag for more)", metavar="WORD")
+    forbid: tuple[str, ...] | None = setting(None, "a word no span's text may contain (repeat the flag for more)", metavar="WORD")
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .errors import SpanError
+
+if TYPE_CHECKING:
+    from .constraints import Constraint
 
 Mode = Literal["infill", "rewrite"]
 MODES = ("infill", "rewrite")
@@ -19,6 +22,8 @@ class Span:
     strength: float = 0.5  # rewrite: share of the span's tokens re-noised
     instruction: str | None = None  # instruct checkpoints only
     label: str = ""  # how the user wrote it (e.g. "3:5-3:20"), for error messages
+    # What the span's finished text must be (core/constraints/): every step keeps it completable.
+    constraint: "Constraint | None" = None
 
     @property
     def name(self) -> str:

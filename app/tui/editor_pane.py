@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.reactive import reactive
 
 from ...core.spans import Span
-from . import file_actions, search_actions, syntax_actions
+from . import constraint_actions, file_actions, search_actions, syntax_actions
 from .bindings import PANE_BINDINGS
 from .buffer_file import BufferFile
 from .edit_preview import IDLE, PREVIEW, RUNNING, EditPreview
@@ -176,6 +176,12 @@ class EditorPane(Container):
                 self.edits.start([Span(start, end, "rewrite", strength=strength, instruction=answer.strip() or None)])
 
         self.app.push_screen(PromptScreen("Rewrite instruction (empty: none):", placeholder="e.g. make it iterative"), with_instruction)
+
+    def action_infill_pattern(self) -> None:
+        constraint_actions.infill_pattern(self)
+
+    def action_rewrite_keeping(self) -> None:
+        constraint_actions.rewrite_keeping(self)
 
     def action_mark_region(self) -> None:
         editor = self.editor

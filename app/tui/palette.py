@@ -30,6 +30,8 @@ class Command:
 PALETTE = (
     Command("Infill", "infill", "Mask the selection and let the model refill it; no selection: fill a gap at the cursor", "infill"),
     Command("Rewrite", "rewrite", "Re-noise part of the selection and let the model redraft it", "rewrite"),
+    Command("Infill with pattern", "infill_pattern", "Infill the selection or cursor so the text matches a regular expression, kept at every step", None),
+    Command("Rewrite keeping words", "rewrite_keeping", "Rewrite the selection; the words you name must stay in it", None),
     Command("Mark region", "mark_region", "Add the selection to the marked regions for a parallel edit", "mark-region"),
     Command("Fill marked", "fill_marked", "Infill every marked region together, in one denoising run", "fill-marked"),
     Command("Clear marks", "clear_marks", "Forget the marked regions", "clear-marks"),

@@ -127,6 +127,7 @@ def block_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), sho
                     proposal, p_token = sample(logits, settings.temperature, settings.top_k, settings.top_p, run.generator)
                 share = schedule[min(block_step, len(schedule) - 1)]
                 commit = commits(p_token, masked, share, rule.threshold if settings.schedule == "threshold" else None)
+                proposal, p_token = run.settle(k, proposal, commit, p_token, logits)  # commits that clash under a constraint
                 x[:, block] = torch.where(commit, proposal, tokens)
                 run.guesses[:, block] = torch.where(commit | ~masked, x[:, block], proposal)
                 run.confidence[:, block] = torch.where(commit | masked, p_token.float(), run.confidence[:, block])

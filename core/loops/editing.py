@@ -133,6 +133,7 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
                 proposal, p_token = sample(logits, settings.temperature, settings.top_k, settings.top_p, run.generator)
                 commit = mask_commits(p_token, masked, threshold) if any_masked else torch.zeros_like(masked)
                 edit = token_edits(proposal, p_token, tokens, ~masked & editable, editing_threshold)
+                proposal, p_token = run.settle(k, proposal, commit | edit, p_token, logits)  # commits and edits that clash under a constraint
                 change = commit | edit
                 x[:, block] = torch.where(change, proposal, tokens)
                 run.guesses[:, block] = torch.where(masked & ~commit, proposal, x[:, block])

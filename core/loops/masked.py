@@ -41,6 +41,7 @@ import torch
 from ...kernels import step as kernels
 from ...kernels.reference import row_keys, seed_key
 from ..canvas import Canvas
+from ..constraints.steering import Steering
 from ..models.denoiser import DenoiserLike, ModelSpec
 from ..models.families import has_guidance
 from ..errors import UsageError
@@ -151,6 +152,11 @@ def denoise(
                      guesses[0].clone(), slot_states(x[0], mask_id), canvas.slots, final, scores, final_conf)
 
     _renoise_rewrites(denoiser, canvas, rules, x, confidence, generator)
+    # Constrained spans (core/constraints): checked before the first step (ConstraintError when no
+    # text of the span's length can match), then every step's logits and commits go through it.
+    steer = Steering.for_canvas(denoiser, canvas, B)
+    if steer is not None:
+        steer.prepare(x)
     denoised = x == mask_id  # [B, T] the positions this run fills
     refuse_unguided(denoiser.spec, settings)
     if settings.cfg_scale > 0:  # from here every pass is guided; the prompt is what is not masked now
@@ -168,7 +174,10 @@ def denoise(
             # whole-canvas pass (about a fifth of an embedded-model infill's CPU time).
             cache = denoiser.new_cache(B, T)
             previous_host = [p for r in infill_slots for p in r]
-        first_logits = _pad_past_expected_length(denoiser, x, slot_positions, infill_slots, end_ids, mask_id, denoised, banned, cache)
+        first_logits = _pad_past_expected_length(denoiser, x, slot_positions, infill_slots, end_ids, mask_id, denoised, banned, cache, steer)
+        if steer is not None:  # a trim the constraint cannot live with gives the span its slots back
+            steer.prepare(x)
+            denoised |= x == mask_id
     guesses = x.clone()
     if cache is not None:  # every slot's first guess, from the length pass (the padded ones keep their pad)
         _update_guesses(first_logits, x, slot_positions, guesses, confidence, mask_id)
@@ -223,8 +232,12 @@ def denoise(
                     _update_guesses(all_logits, x, slot_positions, guesses, confidence, mask_id)
                     logits = all_logits[:, _index_in(slot_positions, block)]  # [B, P, V]
 
+                if steer is not None:  # constrained slots: only tokens that keep their span completable
+                    logits = steer.constrain(logits, x, block_host)
                 logits, proposal, p_token, commit = choose(logits, active, noise_keys, steps_left[block_step], banned, opening_rows,
                                                            end_ids, settings, rules, impl, denoiser.spec.tempered_scores)
+                if steer is not None:  # commits that clash with each other: settled one at a time
+                    proposal, p_token = steer.settle(x, block_host, proposal, commit, p_token, logits)
 
                 if rules.remask_below and not last:
                     # Committed earlier, improbable under the fuller context now: back to mask.
@@ -398,7 +411,7 @@ def _pad_after_end(x, spans: list[range], end_ids, mask_id: int, denoised, guess
 
 
 def _pad_past_expected_length(denoiser, x, slot_positions, spans: list[range], end_ids, mask_id: int, denoised, banned,
-                              cache=None) -> torch.Tensor | None:
+                              cache=None, steer: Steering | None = None) -> torch.Tensor | None:
     """Decide each infill span's length from one pass over the fully masked canvas (in place).
 
     The model was trained on slots holding the span and then pad, so at slot i it predicts
@@ -417,6 +430,8 @@ def _pad_past_expected_length(denoiser, x, slot_positions, spans: list[range], e
         all_logits = denoiser.logits(x, want=slot_positions, cache=cache)  # [B, N, V]
         logits = all_logits[:, _index_in(slot_positions, positions)]  # [B, n, V]
     logits = logits.index_fill(-1, banned, float("-inf"))
+    if steer is not None:  # a constrained span's pad chance counts only where a match may end
+        logits = steer.constrain(logits, x, positions)
     p_end = logits.softmax(-1)[..., end_ids].sum(-1)  # [B, n]
     pad, offset = end_ids[0], 0
     for r in spans:

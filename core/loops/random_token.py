@@ -30,6 +30,7 @@ from typing import Callable, Iterator
 import torch
 
 from ..canvas import Canvas
+from ..constraints.steering import refuse_constraints
 from ..errors import SpanError
 from ..settings import Sampling
 from .frame import NOISE, SHARP, Frame
@@ -67,6 +68,7 @@ def renoise(denoiser, layout: NoiseCanvas, settings: Sampling = Sampling(), shou
     `settings.steps` caps the step budget (default: generation_config.json's max_denoising_steps);
     `settings.seed` seeds every random draw; `settings.samples` rows run as one batch.
     """
+    refuse_constraints(layout.source, "random-token")  # every slot holds a token at every step: not steered yet
     device = denoiser.device
     schedule = denoiser.schedule
     steps = settings.steps or schedule.max_steps

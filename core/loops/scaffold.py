@@ -26,6 +26,7 @@ from typing import Callable, Iterator
 import torch
 
 from ..canvas import Canvas
+from ..constraints.steering import Steering
 from ..models.denoiser import BlockRule
 from ..models.model import Attend, block_causal_mask
 from ..settings import Sampling
@@ -59,6 +60,10 @@ class BlockRun:
     written: torch.Tensor  # [B, T] bool: what this run committed (the sample score's positions)
     cache: object  # the KV cache the blocks before the open one are written into
     started: float
+    # Constrained spans (core/constraints): checked before any pass, then every open block's logits
+    # and commits steered; None when no span carries a constraint. No opening-slot rule here (an
+    # empty answer is allowed), so pad may come first.
+    steer: Steering | None = None
 
     @classmethod
     def open(cls, denoiser, canvas: Canvas, settings: Sampling, rule: BlockRule, ban: bool = True) -> "BlockRun":
@@ -69,12 +74,15 @@ class BlockRun:
         x = torch.full((settings.samples, total), denoiser.spec.mask_id, dtype=torch.long, device=device)  # [B, T]
         x[:, :n] = torch.tensor(canvas.ids, device=device)
         B = x.shape[0]
+        steer = Steering.for_canvas(denoiser, canvas, B, opening_banned=False)
+        if steer is not None:
+            steer.prepare(x)  # a span no text of its length can match: ConstraintError before any pass
         return cls(denoiser, canvas, settings, rule, x, n,
                    denoiser.banned_ids.to(device) if ban else None,
                    torch.tensor(denoiser.spec.end_ids, dtype=torch.long, device=device),
                    torch.Generator(device=device).manual_seed(settings.seed),
                    torch.zeros(B, total, device=device), x.clone(), torch.zeros(B, total, dtype=torch.bool, device=device),
-                   denoiser.new_cache(B, total), time.perf_counter())
+                   denoiser.new_cache(B, total), time.perf_counter(), steer)
 
     @property
     def slots(self) -> range:
@@ -110,10 +118,19 @@ class BlockRun:
 
     def masked_logits(self, block: torch.Tensor, k: int) -> torch.Tensor:
         """[B, P, V] the open block's logits against the read-only cache of the blocks before it,
-        banned ids at -inf."""
+        banned ids at -inf, and a constrained slot's tokens that would leave its span uncompletable."""
         logits = self.denoiser.logits(self.x, want=block, run=block, cache=self.cache,
                                       attend=Attend(keys=k * self.rule.size, write=False))
-        return logits if self.banned is None else logits.index_fill(-1, self.banned, float("-inf"))
+        logits = logits if self.banned is None else logits.index_fill(-1, self.banned, float("-inf"))
+        return logits if self.steer is None else self.steer.constrain(logits, self.x, range(k * self.rule.size, self.block_end(k)))
+
+    def settle(self, k: int, proposal: torch.Tensor, change: torch.Tensor, p_token: torch.Tensor,
+               logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's proposals [B, P], with commits that clash under a constraint taken one at a
+        time (core/constraints/steering.py settle); unchanged without constraints."""
+        if self.steer is None:
+            return proposal, p_token
+        return self.steer.settle(self.x, range(k * self.rule.size, self.block_end(k)), proposal, change, p_token, logits)
 
     def block_end(self, k: int) -> int:
         """The position after block k (computed on the host: no device read)."""

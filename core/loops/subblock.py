@@ -23,6 +23,7 @@ from typing import Callable, Iterator
 import torch
 
 from ..canvas import Canvas
+from ..constraints.steering import refuse_constraints
 from ..settings import Sampling
 from .block import sample
 from .frame import Frame
@@ -34,6 +35,7 @@ def subblock_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), 
     """The loop over one prompt canvas (its one slot range at the end); a Frame per step, the last done.
     `--block-size` and `--threshold` replace the release's bd_size and threshold (batch_sample's
     block_size and threshold); the sub-block stays the release's small_block_size."""
+    refuse_constraints(canvas, "sub-block")  # its shifted next-token commits are not steered yet
     rule = effective_rule(denoiser.spec.block, settings)
     run = BlockRun.open(denoiser, canvas, settings, rule, ban)
     x, mask_id, size, slots = run.x, run.mask_id, rule.size, run.slots
