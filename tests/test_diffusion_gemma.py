@@ -205,10 +205,18 @@ def test_a_release_without_its_tokenizer_or_with_a_wrong_model_type_is_one_line_
 
 
 def test_noise_pieces_are_the_random_tokens_drawn_faint():
-    from sharpen.app.tui.preview import MASK_GLYPH, NOISE, SURE, span_pieces
+    from types import SimpleNamespace
 
-    decode = lambda ids: [{1: "ab", 2: "\n", 3: "x"}[i] for i in ids]  # noqa: E731
-    pieces = span_pieces((None, None, 3), (0.1, 0.1, 0.99), decode, set(), noise=(1, 2, None))
+    from sharpen.app.tui.model_runner import draft_pieces
+    from sharpen.app.tui.preview import MASK_GLYPH, NOISE, SURE
+    from sharpen.core.run import Progress, draft_of
+
+    shown = {1: "ab", 2: "\n", 3: "x"}
+    tokenizer = SimpleNamespace(pieces=lambda ids: [shown[i] for i in ids], decode=lambda ids: "".join(shown[i] for i in ids))
+    span = SimpleNamespace(tokens=(None, None, 3), confidence=(0.1, 0.1, 0.99), noise=(1, 2, None), guesses=(1, 2, 3))
+    draft = draft_of(span, tokenizer, set(), mask_id=0)
+    assert [s.state for s in draft.slots] == ["noise", "noise", "sharp"]
+    pieces = draft_pieces(Progress(1, 4, 0.0, (draft,)))[0]
     assert [(p.text, p.kind) for p in pieces] == [("ab" + MASK_GLYPH, NOISE), ("x", SURE)]  # no line break drawn
 
 

@@ -84,6 +84,22 @@ def test_an_edited_slot_in_a_frame_reaches_the_editors_pieces_as_an_edit():
     assert draft_pieces(progress) == [[Piece("<5><6>", SURE), Piece("<9>", EDITED), Piece(MASK_GLYPH, MASKED)]]
 
 
+def test_the_editors_pieces_show_masks_hide_pad_and_grade_confidence():
+    """A span's state -> core.run.draft_of (the Runner's Progress) -> model_runner.draft_pieces:
+    a masked slot is the blur glyph, pad/eos is not drawn, committed text fainter the less sure."""
+    from types import SimpleNamespace
+
+    from sharpen.app.tui.model_runner import draft_pieces
+    from sharpen.app.tui.preview import DOUBTFUL, MASK_GLYPH, MASKED, SURE, UNSURE, Piece
+    from sharpen.core.run import draft_of
+
+    tokenizer = SimpleNamespace(pieces=lambda ids: [chr(ord("a") + i) for i in ids], decode=lambda ids: "".join(chr(ord("a") + i) for i in ids))
+    span = SimpleNamespace(tokens=(0, None, 9, 1, 2), confidence=(0.95, 0.1, 0.99, 0.6, 0.2), noise=None, guesses=(0, 3, 9, 1, 2))
+    draft = draft_of(span, tokenizer, end_ids={9}, mask_id=7)
+    assert [s.state for s in draft.slots] == ["sharp", "masked", "end", "sharp", "sharp"] and draft.text == "adbc"
+    assert draft_pieces(Progress(1, 4, 0.0, (draft,))) == [[Piece("a", SURE), Piece(MASK_GLYPH, MASKED), Piece("b", UNSURE), Piece("c", DOUBTFUL)]]
+
+
 async def test_the_preview_layer_draws_an_edited_slot_unlike_a_committed_one(tiny_denoiser, tmp_path):
     """The preview's cells of an edited slot carry the edit's style, which is none of the
     confidence grades a committed token gets."""
