@@ -81,6 +81,8 @@ def test_coalesced_and_frameless_runs_give_the_same_result(embedded):
     assert len(only_result) == 1 and only_result[0].result.text == everything[-1].result.text
 
 
+# A run that never gets its turn (the Busy check gone, a lost notify) waits forever: fail in seconds instead.
+@pytest.mark.timeout(30, func_only=True)
 def test_runs_take_turns_and_a_stop_while_waiting_never_touches_the_model(embedded):
     runner = Runner(embedded, max_waiting=1)
     first = runner.run(request())
