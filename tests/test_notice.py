@@ -263,3 +263,13 @@ def test_every_binding_has_a_palette_entry_and_every_entry_a_binding():
     assert None not in {b.id for b in ALL_BINDINGS}, "a binding without an id cannot be rebound nor listed"
     assert bound - listed == set(), f"bindings without a palette entry: {sorted(bound - listed)}"
     assert listed - bound == set(), f"palette entries naming no binding: {sorted(listed - bound)}"
+
+
+def test_the_readme_lists_every_test_file():
+    """tests/README.md says where each test file's tests are: a new file gets its line."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    readme = (here / "README.md").read_text(encoding="utf-8")
+    missing = [p.name for p in sorted(here.glob("test_*.py")) if p.name not in readme]
+    assert not missing, f"tests/README.md has no line for {missing}"
