@@ -167,24 +167,50 @@ def test_an_end_token_ends_the_span(gemma):
     assert cut.tolist() == [[10, 11, eos, eos, eos, eos]]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sharpen.app.cli", *args], capture_output=True, text=True, timeout=300)
+def cli(*runs: tuple[str, ...]) -> list[subprocess.CompletedProcess]:
+    """`sharpen ARGS` for each of `runs`, each in a fresh process, all at once (most of a run is
+    importing torch and transformers, single-threaded: two cores take two at a time)."""
+    procs = [subprocess.Popen([sys.executable, "-m", "sharpen.app.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for args in runs]
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done
 
 
-def test_the_cli_runs_infill_rewrite_and_instruction_from_the_release_layout(gemma_dir, tmp_path):
+@pytest.fixture
+def in_process(capfd):
+    """`sharpen ARGS` as main() in this process, torch and transformers imported once:
+    (exit code, stdout, stderr)."""
+    from sharpen.app.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capfd.readouterr()
+        code = main(list(args))
+        return (code, *capfd.readouterr())
+
+    return run
+
+
+def test_the_cli_runs_infill_rewrite_and_instruction_from_the_release_layout(gemma_dir, tmp_path, in_process):
+    """An infill and an int8 load each in a fresh process (where the first warning of torchao or
+    transformers would reach the user's stderr), a rewrite and an instruction in this one."""
     target = tmp_path / "add.py"
     target.write_text(TEXT)
-    for extra in ([], ["--mode", "rewrite", "--strength", "1"], ["--instruction", "use subtraction"], ["--quantize", "int8"]):
-        proc = cli(str(target), "--apply-edit", "2:5-2:17", "--model", str(gemma_dir), "--steps", "5", "--json", *extra)
-        assert proc.returncode == 0, proc.stderr
-        assert proc.stderr == ""  # nothing from torchao or transformers on the user's stderr
-        out = json.loads(proc.stdout)
+    edit = (str(target), "--apply-edit", "2:5-2:17", "--model", str(gemma_dir), "--steps", "5", "--json")
+    runs = [(proc.returncode, proc.stdout, proc.stderr) for proc in cli((*edit,), (*edit, "--quantize", "int8"))]
+    runs += [in_process(*edit, *extra) for extra in (["--mode", "rewrite", "--strength", "1"], ["--instruction", "use subtraction"])]
+    for code, stdout, stderr in runs:
+        assert code == 0, stderr
+        assert stderr == ""  # nothing from torchao or transformers on the user's stderr
+        out = json.loads(stdout)
         assert out["noise"] == "random" and out["steps"] == 5 and len(out["sharp_per_step"]) == 6
         assert out["text"].startswith(TEXT[:19]) and out["text"].endswith(TEXT[31:])
     assert target.read_text() == TEXT
 
 
-def test_a_release_without_its_tokenizer_or_with_a_wrong_model_type_is_one_line_and_exit_4(gemma_dir, tmp_path):
+def test_a_release_without_its_tokenizer_or_with_a_wrong_model_type_is_one_line_and_exit_4(gemma_dir, tmp_path, in_process):
     import shutil
 
     target = tmp_path / "add.py"
@@ -198,9 +224,9 @@ def test_a_release_without_its_tokenizer_or_with_a_wrong_model_type_is_one_line_
     config["model_type"] = "diffusion_gemma_text"
     (wrong / "config.json").write_text(json.dumps(config))
     for path, words in ((bare, "no tokenizer"), (wrong, "unknown model family")):
-        proc = cli(str(target), "--apply-edit", "2:5-2:17", "--model", str(path))
-        assert proc.returncode == 4 and proc.stdout == ""
-        assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
+        code, stdout, stderr = in_process(str(target), "--apply-edit", "2:5-2:17", "--model", str(path))
+        assert code == 4 and stdout == ""
+        assert len(stderr.strip().splitlines()) == 1 and words in stderr, stderr
     assert target.read_text() == TEXT
 
 
