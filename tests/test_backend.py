@@ -81,6 +81,8 @@ def test_coalesced_and_frameless_runs_give_the_same_result(embedded):
     assert len(only_result) == 1 and only_result[0].result.text == everything[-1].result.text
 
 
+# A run that never gets its turn (the Busy check gone, a lost notify) waits forever: fail in seconds instead.
+@pytest.mark.timeout(30, func_only=True)
 def test_runs_take_turns_and_a_stop_while_waiting_never_touches_the_model(embedded):
     runner = Runner(embedded, max_waiting=1)
     first = runner.run(request())
@@ -114,22 +116,3 @@ def test_local_backend_loads_once_and_describes_the_model(embedded):
     assert info.chat_template.startswith("{#-") and info.instruct is False
     assert backend.load() is info
     assert isinstance(list(backend.run(request()))[-1], Done)
-
-
-def test_the_editors_pieces_from_events_equal_the_old_per_frame_pieces(embedded):
-    """The editor draws Progress events; they must show what drawing the sampler's frames showed."""
-    from sharpen.app.tui.model_runner import draft_pieces
-    from sharpen.app.tui.preview import span_pieces
-    from sharpen.core.engine import run_edit
-    from sharpen.core.run import progress_of
-
-    spans = [Span(POINT, POINT, max_tokens=12), Span(0, 3, "rewrite", strength=0.5)]
-    end_ids = set(embedded.spec.end_ids)
-    seen = 0
-    for update in run_edit(embedded, TEXT, spans, Sampling(steps=6)):
-        frame = update.frame
-        old = [span_pieces(s.tokens, s.confidence, embedded.tokenizer.pieces, end_ids, s.noise) for s in frame.spans]
-        new = draft_pieces(progress_of(frame, embedded.tokenizer, end_ids, embedded.spec.mask_id))
-        assert new == old
-        seen += 1
-    assert seen > 2

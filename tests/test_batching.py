@@ -172,6 +172,7 @@ def test_only_models_whose_passes_pack_are_batched(embedded):
     assert not batchable(object())
 
 
+@pytest.mark.timeout(60, func_only=True)  # a lock regression waits forever: fail in seconds instead
 def test_a_full_batch_and_a_full_line_refuse_the_next_run(embedded):
     from sharpen.core.run import Busy
 

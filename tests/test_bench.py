@@ -121,10 +121,14 @@ def test_cpu_threads_default_follows_model_size_and_front_end():
     assert cpu_threads(ModelRequest(), SMALL_MODEL * 10, editor=True) == max(1, cores - 1)
 
 
-def test_synthetic_bench_runs_diffusion_gemma_beside_transformers_generate(capsys):
+def test_synthetic_bench_runs_diffusion_gemma_beside_transformers_generate(capsys, monkeypatch):
     pytest.importorskip("transformers.models.diffusion_gemma")
     import synthetic
 
+    # The bench's path at a quarter of "small"'s width (its layer pattern and the release's 48 steps kept): a smoke test
+    small = synthetic.GEMMA_SHAPES["diffusiongemma-small"]
+    monkeypatch.setitem(synthetic.GEMMA_SHAPES, "diffusiongemma-small", {**small, "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128,
+                                                                          "head_dim": 16, "global_head_dim": 16, "moe_intermediate_size": 32})
     assert synthetic.main(["--device", "cpu", "--shapes", "diffusiongemma-small", "--context", "8", "--repeats", "0"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| diffusiongemma-small")]

@@ -167,24 +167,50 @@ def test_an_end_token_ends_the_span(gemma):
     assert cut.tolist() == [[10, 11, eos, eos, eos, eos]]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sharpen.app.cli", *args], capture_output=True, text=True, timeout=300)
+def cli(*runs: tuple[str, ...]) -> list[subprocess.CompletedProcess]:
+    """`sharpen ARGS` for each of `runs`, each in a fresh process, all at once (most of a run is
+    importing torch and transformers, single-threaded: two cores take two at a time)."""
+    procs = [subprocess.Popen([sys.executable, "-m", "sharpen.app.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for args in runs]
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done
 
 
-def test_the_cli_runs_infill_rewrite_and_instruction_from_the_release_layout(gemma_dir, tmp_path):
+@pytest.fixture
+def in_process(capfd):
+    """`sharpen ARGS` as main() in this process, torch and transformers imported once:
+    (exit code, stdout, stderr)."""
+    from sharpen.app.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capfd.readouterr()
+        code = main(list(args))
+        return (code, *capfd.readouterr())
+
+    return run
+
+
+def test_the_cli_runs_infill_rewrite_and_instruction_from_the_release_layout(gemma_dir, tmp_path, in_process):
+    """An infill and an int8 load each in a fresh process (where the first warning of torchao or
+    transformers would reach the user's stderr), a rewrite and an instruction in this one."""
     target = tmp_path / "add.py"
     target.write_text(TEXT)
-    for extra in ([], ["--mode", "rewrite", "--strength", "1"], ["--instruction", "use subtraction"], ["--quantize", "int8"]):
-        proc = cli(str(target), "--apply-edit", "2:5-2:17", "--model", str(gemma_dir), "--steps", "5", "--json", *extra)
-        assert proc.returncode == 0, proc.stderr
-        assert proc.stderr == ""  # nothing from torchao or transformers on the user's stderr
-        out = json.loads(proc.stdout)
+    edit = (str(target), "--apply-edit", "2:5-2:17", "--model", str(gemma_dir), "--steps", "5", "--json")
+    runs = [(proc.returncode, proc.stdout, proc.stderr) for proc in cli((*edit,), (*edit, "--quantize", "int8"))]
+    runs += [in_process(*edit, *extra) for extra in (["--mode", "rewrite", "--strength", "1"], ["--instruction", "use subtraction"])]
+    for code, stdout, stderr in runs:
+        assert code == 0, stderr
+        assert stderr == ""  # nothing from torchao or transformers on the user's stderr
+        out = json.loads(stdout)
         assert out["noise"] == "random" and out["steps"] == 5 and len(out["sharp_per_step"]) == 6
         assert out["text"].startswith(TEXT[:19]) and out["text"].endswith(TEXT[31:])
     assert target.read_text() == TEXT
 
 
-def test_a_release_without_its_tokenizer_or_with_a_wrong_model_type_is_one_line_and_exit_4(gemma_dir, tmp_path):
+def test_a_release_without_its_tokenizer_or_with_a_wrong_model_type_is_one_line_and_exit_4(gemma_dir, tmp_path, in_process):
     import shutil
 
     target = tmp_path / "add.py"
@@ -198,17 +224,25 @@ def test_a_release_without_its_tokenizer_or_with_a_wrong_model_type_is_one_line_
     config["model_type"] = "diffusion_gemma_text"
     (wrong / "config.json").write_text(json.dumps(config))
     for path, words in ((bare, "no tokenizer"), (wrong, "unknown model family")):
-        proc = cli(str(target), "--apply-edit", "2:5-2:17", "--model", str(path))
-        assert proc.returncode == 4 and proc.stdout == ""
-        assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
+        code, stdout, stderr = in_process(str(target), "--apply-edit", "2:5-2:17", "--model", str(path))
+        assert code == 4 and stdout == ""
+        assert len(stderr.strip().splitlines()) == 1 and words in stderr, stderr
     assert target.read_text() == TEXT
 
 
 def test_noise_pieces_are_the_random_tokens_drawn_faint():
-    from sharpen.app.tui.preview import MASK_GLYPH, NOISE, SURE, span_pieces
+    from types import SimpleNamespace
 
-    decode = lambda ids: [{1: "ab", 2: "\n", 3: "x"}[i] for i in ids]  # noqa: E731
-    pieces = span_pieces((None, None, 3), (0.1, 0.1, 0.99), decode, set(), noise=(1, 2, None))
+    from sharpen.app.tui.model_runner import draft_pieces
+    from sharpen.app.tui.preview import MASK_GLYPH, NOISE, SURE
+    from sharpen.core.run import Progress, draft_of
+
+    shown = {1: "ab", 2: "\n", 3: "x"}
+    tokenizer = SimpleNamespace(pieces=lambda ids: [shown[i] for i in ids], decode=lambda ids: "".join(shown[i] for i in ids))
+    span = SimpleNamespace(tokens=(None, None, 3), confidence=(0.1, 0.1, 0.99), noise=(1, 2, None), guesses=(1, 2, 3))
+    draft = draft_of(span, tokenizer, set(), mask_id=0)
+    assert [s.state for s in draft.slots] == ["noise", "noise", "sharp"]
+    pieces = draft_pieces(Progress(1, 4, 0.0, (draft,)))[0]
     assert [(p.text, p.kind) for p in pieces] == [("ab" + MASK_GLYPH, NOISE), ("x", SURE)]  # no line break drawn
 
 

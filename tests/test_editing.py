@@ -199,9 +199,7 @@ def test_llada21_headless_json_counts_commits_and_edits_and_keeps_the_text_outsi
     assert target.read_text() == TEXT
 
 
-def test_llada21_frames_show_an_edit_and_the_preview_draws_it(llada2):
-    from sharpen.app.tui.preview import EDITED as EDITED_KIND
-    from sharpen.app.tui.preview import span_pieces
+def test_llada21_frames_show_an_edit(llada2):
     from sharpen.core.engine import run_edit
     from sharpen.core.settings import Sampling
     from sharpen.core.spans import Span
@@ -217,9 +215,7 @@ def test_llada21_frames_show_an_edit_and_the_preview_draws_it(llada2):
     assert seen  # at least one step replaced a committed token
     span = seen[0]
     p = span.states.index("edited")
-    assert span.replaced[p] is not None and span.replaced[p] != span.tokens[p]
-    pieces = span_pieces(span.tokens, span.confidence, lambda toks: [den.tokenizer.decode([t]) for t in toks], set(), span.noise, span.states)
-    assert EDITED_KIND in {piece.kind for piece in pieces}
+    assert span.replaced[p] is not None and span.replaced[p] != span.tokens[p]  # the editor draws it as an edit: the next test
 
 async def test_llada21_in_the_editor_draws_edits_and_tab_keeps_the_text_outside(llada2, tmp_path, monkeypatch):
     """The editor runs LLaDA2.1's editing decode: some preview frame draws an edited token as an

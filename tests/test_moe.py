@@ -322,14 +322,20 @@ PEAK_SHAPE = dict(d=512, layers=4, heads=8, kv=2, head_dim=64, dense_hidden=1024
                   n_group=8, topk_group=4)
 
 
+@pytest.fixture(scope="module")
+def peak_checkpoint(tmp_path_factory):
+    """Written once for the three loads below (200 MB of random weights each time it is written)."""
+    return write_llada2(tmp_path_factory.mktemp("peak") / "llada2-50m", **PEAK_SHAPE)
+
+
 @pytest.mark.parametrize("dtype,quantize", [("float32", None), ("bfloat16", None), ("float32", "int8")])
-def test_llada2_load_peak_stays_near_the_loaded_size(tmp_path, dtype, quantize):
+def test_llada2_load_peak_stays_near_the_loaded_size(peak_checkpoint, dtype, quantize):
     """Measured in a fresh process (bench/load_peak.py): the experts are packed [E, out, in] as
     they are read, a few experts at a time, so a load peaks near the model it builds, never at
     the checkpoint plus the model."""
     from load_peak import float32_bytes, measure
 
-    ckpt = write_llada2(tmp_path / "llada2-50m", **PEAK_SHAPE)
+    ckpt = peak_checkpoint
     m = measure(ckpt, dtype, quantize)
     assert m["reset"], "the kernel did not let the high-water mark be reset"
     if quantize is None:

@@ -4,15 +4,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sharpen.app.tui.preview import DOUBTFUL, MARKED, MASK_GLYPH, MASKED, SURE, UNSURE, Piece, compose, span_pieces
+from sharpen.app.tui.preview import MARKED, MASK_GLYPH, MASKED, SURE, Piece, compose
 
 _chunks = st.text(alphabet="ab\n", max_size=6)
-
-def test_span_pieces_show_masks_hide_pad_and_grade_confidence():
-    decode = lambda ids: [chr(ord("a") + i) for i in ids]  # noqa: E731
-    pieces = span_pieces((0, None, 9, 1, 2), (0.95, 0.1, 0.99, 0.6, 0.2), decode, end_ids={9})
-    assert pieces == [Piece("a", SURE), Piece(MASK_GLYPH, MASKED), Piece("b", UNSURE), Piece("c", DOUBTFUL)]
-
 
 def test_compose_splices_pieces_and_styles_each_line():
     text = "one\ntwo three\nfour\n"

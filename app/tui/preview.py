@@ -53,44 +53,6 @@ def noise_text(piece: str) -> str:
     return shown or MASK_GLYPH
 
 
-def span_pieces(tokens, confidence, decode_pieces, end_ids, noise=None, states=None) -> list[Piece]:
-    """One span of a frame -> pieces: masked slots as MASK_GLYPH, pad/eos hidden, text by confidence.
-
-    `decode_pieces(ids)` is the tokenizer's per-token display strings; runs of committed
-    tokens are decoded together so characters split across tokens come out whole. `noise`
-    (random-token models): the token each unsharp slot holds, drawn faint as noise_text.
-    `states` (core.loops.frame.SLOT_STATES per slot): an "edited" slot, a token written over
-    one the model had committed, is drawn as an edit.
-    """
-    pieces: list[Piece] = []
-    run: list[tuple[int, float]] = []
-    noise = noise or (None,) * len(tokens)
-    states = states or (None,) * len(tokens)
-
-    def flush() -> None:
-        if run:
-            texts = decode_pieces([token for token, _ in run])
-            pieces.extend(Piece(text, confidence_kind(p)) for text, (_, p) in zip(texts, run))
-            run.clear()
-
-    for token, p, drawn, state in zip(tokens, confidence, noise, states):
-        if state == "edited" and token not in end_ids:
-            flush()
-            pieces.append(Piece(decode_pieces([token])[0], EDITED))
-        elif token is None and drawn is not None:
-            flush()
-            pieces.append(Piece(noise_text(decode_pieces([drawn])[0]), NOISE))
-        elif token is None:
-            flush()
-            pieces.append(Piece(MASK_GLYPH, MASKED))
-        elif token in end_ids:
-            flush()  # pad/eos: deleted from the result, so not drawn
-        else:
-            run.append((token, p))
-    flush()
-    return merge(pieces)
-
-
 def pieces_text(pieces: list[Piece]) -> str:
     return "".join(p.text for p in pieces)
 
