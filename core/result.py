@@ -38,6 +38,9 @@ class EditResult:
     prompt_tokens: int = 0
     # Some text around the spans did not fit the canvas (Canvas.cut): a server's truncated prompt.
     context_cut: bool = False
+    # Of prompt_tokens, those the run took from the model's prefix cache instead of computing them
+    # (core/prefix_cache.py: block-causal models, whole blocks an earlier run prefilled).
+    cached_tokens: int = 0
 
     @property
     def tokens(self) -> int:

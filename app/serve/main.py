@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--max-waiting", type=int, default=Limits.waiting, metavar="N", help=f"runs in line before 503 (default {Limits.waiting})")
     limits.add_argument("--max-batch", type=int, default=Limits.batch, metavar="N",
                         help=f"runs sharing one forward pass per step; 1: one at a time (default {Limits.batch})")
+    parser.add_argument("--prefix-cache-mb", type=int, default=1024, metavar="MB",
+                        help="block-causal models: prompt prefixes kept for later requests, least recently used out (0: none; default 1024)")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="warning", help="server log on stderr (default warning)")
     add_settings(parser, ModelRequest, "model (also [model] in the config file)")
     add_settings(parser, Sampling, "default sampling; a request overrides it per field")
@@ -80,6 +82,8 @@ def serve(argv: list[str]) -> int:
         raise UsageError(f"--host {args.host} is reachable from other machines: set a key in ${KEY_ENV} (or --api-key)")
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be between 0 and 65535")
+    if args.prefix_cache_mb < 0:
+        raise UsageError("--prefix-cache-mb must be 0 or more")
     for name in ("max_request_tokens", "max_body", "max_waiting", "max_batch"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
@@ -101,13 +105,25 @@ def serve(argv: list[str]) -> int:
     else:
         backend = LocalBackend(config.model, quiet=False, max_waiting=limits.waiting, batch=limits.batch)
     info = backend.load()
+    cached = keep_prefixes(backend, args.prefix_cache_mb)
     server = Server(backend, info, limits, config.sampling, config.editing, api_key=key)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     sys.stderr.write(f"sharpen serve: {info.name} on {info.device}, listening on http://{shown}:{port}"
-                     f"{' (key required)' if key else ''}\nsharpen serve: {server.backend.load_report()}\n")
+                     f"{' (key required)' if key else ''}\nsharpen serve: {server.backend.load_report()}{cached}\n")
     sys.stderr.flush()
     return run_uvicorn(build_app(server), sock, args.log_level)
+
+
+def keep_prefixes(backend, megabytes: int) -> str:
+    """A local block-causal model gets a prefix cache (core/prefix_cache.py); the startup line's note."""
+    runner = getattr(backend, "runner", None)
+    if runner is None or megabytes <= 0 or runner.denoiser.spec.loop != "block-causal":
+        return ""
+    from ...core import prefix_cache
+
+    prefix_cache.attach(runner.denoiser, megabytes << 20)
+    return f"; prompt prefixes reused across requests (up to {megabytes} MiB)"
 
 
 LOG_QUEUE = 10_000  # log records waiting for stderr; beyond, new ones are dropped (and the drop is logged)

@@ -24,8 +24,9 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
+from .. import prefix_cache
 from ..canvas import Canvas
-from ..models.model import Attend, block_causal_mask
+from ..models.model import Attend
 from ..settings import Sampling
 from .frame import Frame, finished_rows, slot_states
 
@@ -90,8 +91,7 @@ def prefill_prompt(denoiser, x: torch.Tensor, cache, prefill: int, size: int, wa
     """The prompt's full blocks, once, into the cache (bidirectional inside each block, causal
     across them); the logits of the prefill's last row (`want_shift` 1: the row a token-shifted
     model predicts the next position from)."""
-    run = torch.arange(prefill, device=x.device)
-    return denoiser.logits(x, want=run[-1:] + want_shift, run=run, cache=cache, attend=Attend(mask=block_causal_mask(run, prefill, size), keys=prefill))
+    return prefix_cache.prefill(denoiser, x, cache, prefill, size, want_shift)  # from the longest prefix an earlier run prefilled
 
 
 def block_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), should_stop: Callable[[], bool] = lambda: False,
