@@ -1,6 +1,7 @@
 """`sharpen serve`: load one model and answer editors over HTTP (see docs/server.md).
 
     sharpen serve [--model M | --backend URL] [--host 127.0.0.1] [--port 8012] [--api-key KEY | SHARPEN_API_KEY=KEY]
+    sharpen serve --ray --replicas N --gpus-per-replica G [--model M]      # Ray Serve replicas (app/serve/ray_replicas.py)
 
 Loopback by default. Any other host needs a key: from SHARPEN_API_KEY (preferred: a command
 line shows in `ps`) or --api-key. The socket is bound before the model loads, so a port in use
@@ -56,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"runs sharing one forward pass per step; 1: one at a time (default {Limits.batch})")
     parser.add_argument("--prefix-cache-mb", type=int, default=1024, metavar="MB",
                         help="block-causal models: prompt prefixes kept for later requests, least recently used out (0: none; default 1024)")
+    ray = parser.add_argument_group("Ray Serve replicas (pip install 'sharpen[ray]'; docs/server.md)")
+    ray.add_argument("--ray", action="store_true", help="serve N replicas of this server on a Ray cluster (RAY_ADDRESS, else a local one) behind --host:--port")
+    ray.add_argument("--replicas", type=int, default=2, metavar="N", help="replicas, each one model and its runs (default 2)")
+    ray.add_argument("--gpus-per-replica", type=float, default=0.0, metavar="G", help="GPUs each replica holds (default 0: CPU)")
+    ray.add_argument("--cpus-per-replica", type=float, default=1.0, metavar="C", help="CPU cores Ray reserves per replica (default 1)")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="warning", help="server log on stderr (default warning)")
     add_settings(parser, ModelRequest, "model (also [model] in the config file)")
     add_settings(parser, Sampling, "default sampling; a request overrides it per field")
@@ -91,6 +97,14 @@ def serve(argv: list[str]) -> int:
         raise UsageError("--max-seconds must be above 0")
     config = config_from(args)  # the one argparse-to-settings step of every command line
     limits = Limits(args.max_body, args.max_request_tokens, args.max_seconds, args.max_waiting, args.max_batch)
+    if args.ray:
+        if config.remote.backend:
+            raise UsageError("--ray serves a local model on each replica; --backend serves another server's")
+        from .ray_replicas import serve_on_ray
+
+        log_to_stderr(args.log_level)
+        return serve_on_ray(config, limits, key, args.host, args.port, args.replicas, args.gpus_per_replica, args.cpus_per_replica,
+                            args.prefix_cache_mb)
     sock = bind(args.host, args.port)  # before the model loads: a port in use fails at once
     log_to_stderr(args.log_level)
 
