@@ -31,7 +31,7 @@ async def rounds(denoiser, prefix: str, requests: int, tokens: int, cache_mb: in
     from sharpen.app.backend import LocalBackend
     from sharpen.app.serve.app import build_app
     from sharpen.app.serve.common import Server
-    from sharpen.app.serve.main import keep_prefixes
+    from sharpen.app.serve.common import keep_prefixes
     from sharpen.core import prefix_cache
 
     backend = LocalBackend.of(denoiser)

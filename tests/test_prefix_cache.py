@@ -119,7 +119,7 @@ async def test_infill_and_openai_usage_report_the_cached_prompt_tokens(sdar):
     from sharpen.app.backend import LocalBackend
     from sharpen.app.serve.app import build_app
     from sharpen.app.serve.common import Server
-    from sharpen.app.serve.main import keep_prefixes
+    from sharpen.app.serve.common import keep_prefixes
 
     backend = LocalBackend.of(sdar)
     assert "prompt prefixes reused" in keep_prefixes(backend, 64)

@@ -27,7 +27,7 @@ import time
 
 from ...core.errors import InputError, UsageError
 from ...core.settings import Editing, ModelRequest, Sampling
-from .common import Limits
+from .common import Limits, keep_prefixes
 
 KEY_ENV = "SHARPEN_API_KEY"
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8012  # llama.vim's default endpoint is http://127.0.0.1:8012/infill
@@ -127,17 +127,6 @@ def serve(argv: list[str]) -> int:
                      f"{' (key required)' if key else ''}\nsharpen serve: {server.backend.load_report()}{cached}\n")
     sys.stderr.flush()
     return run_uvicorn(build_app(server), sock, args.log_level)
-
-
-def keep_prefixes(backend, megabytes: int) -> str:
-    """A local block-causal model gets a prefix cache (core/prefix_cache.py); the startup line's note."""
-    runner = getattr(backend, "runner", None)
-    if runner is None or megabytes <= 0 or runner.denoiser.spec.loop != "block-causal":
-        return ""
-    from ...core import prefix_cache
-
-    prefix_cache.attach(runner.denoiser, megabytes << 20)
-    return f"; prompt prefixes reused across requests (up to {megabytes} MiB)"
 
 
 LOG_QUEUE = 10_000  # log records waiting for stderr; beyond, new ones are dropped (and the drop is logged)

@@ -98,7 +98,7 @@ class ReplicaServer:
         from ..backend import LocalBackend
         from .app import build_app
         from .common import Server
-        from .main import keep_prefixes
+        from .common import keep_prefixes
 
         backend = LocalBackend(model_request, quiet=True, max_waiting=limits.waiting, batch=limits.batch)
         info = backend.load()
@@ -212,11 +212,12 @@ def deployments(replicas: int, gpus_per_replica: float, cpus_per_replica: float,
         ReplicaServer, name="Replica", num_replicas=replicas,
         ray_actor_options={"num_gpus": gpus_per_replica, "num_cpus": cpus_per_replica},
         max_ongoing_requests=limits.batch + limits.waiting,  # the Runner's own line: beyond it a replica answers 503 itself
-        health_check_period_s=2, health_check_timeout_s=30,
+        health_check_period_s=2, health_check_timeout_s=30, logging_config={"log_level": "WARNING"},
         request_router_config=RequestRouterConfig(request_router_class=__getattr__("PrefixAffinityRouter")),
     )
 
-    @serve.deployment(name="Front", ray_actor_options={"num_cpus": FRONT_CPUS}, max_ongoing_requests=10_000)
+    @serve.deployment(name="Front", ray_actor_options={"num_cpus": FRONT_CPUS}, max_ongoing_requests=10_000,
+                      logging_config={"log_level": "WARNING"})
     @serve.ingress(lambda: front_app(serve.get_deployment_handle("Replica", APP_NAME)))
     class Front:
         def __init__(self, replica_handle) -> None:
@@ -240,7 +241,8 @@ def serve_on_ray(config, limits, key: str | None, host: str, port: int, replicas
     if port == 0:
         raise UsageError("--ray needs a --port of its own (Ray's proxy listens on it; 0 picks none)")
     ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, logging_level=logging.WARNING)
-    serve.start(http_options={"host": host, "port": port})
+    quiet = {"log_level": "WARNING"}  # Ray's per-request INFO lines would bury the server's own log
+    serve.start(http_options={"host": host, "port": port}, logging_config=quiet)
     serve.run(deployments(replicas, gpus_per_replica, cpus_per_replica, config.model, limits, config.sampling, config.editing, key,
                           prefix_cache_mb), name=APP_NAME, route_prefix="/")
     shown = f"[{host}]" if ":" in host else host
