@@ -31,6 +31,15 @@ def fast_dllm(tmp_path_factory):
     return load_denoiser(write_fast_dllm_v2(tmp_path_factory.mktemp("fdllm") / "Fast_dLLM_v2_1.5B-tiny", bd_size=8))
 
 
+@pytest.fixture(scope="module")
+def llada2(tmp_path_factory):
+    """LLaDA2.1 (a mixture of experts; its editing loop prefills through the same call)."""
+    from moe_checkpoints import write_llada2
+    from sharpen.core.models.loading import load_denoiser
+
+    return load_denoiser(write_llada2(tmp_path_factory.mktemp("llada2") / "llada2.1", version="2.1", head_scale=3.0))
+
+
 def _runs(denoiser, texts: list[str], cache_bytes: int, **sampling):
     """Each text infilled at its end, one after another on one model; the results."""
     from sharpen.core.run import Runner
@@ -43,7 +52,7 @@ def _runs(denoiser, texts: list[str], cache_bytes: int, **sampling):
         prefix_cache.attach(denoiser, 0)
 
 
-@pytest.mark.parametrize("model", ["sdar", "fast_dllm"])
+@pytest.mark.parametrize("model", ["sdar", "fast_dllm", "llada2"])
 def test_a_repeated_prefix_gives_the_tokens_of_a_run_without_the_cache_and_says_what_it_reused(model, request):
     denoiser = request.getfixturevalue(model)
     texts = [FILE, FILE, FILE + "    def perimeter(self):\n        ", FILE]
