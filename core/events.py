@@ -93,6 +93,7 @@ class Done:
             "steps": result.steps,
             "tokens": result.tokens,
             "prompt_tokens": result.prompt_tokens,
+            "cached_tokens": result.cached_tokens,
             "context_cut": result.context_cut,
             "denoise_seconds": round(result.seconds, 4),
             "tokens_per_second": round(result.tokens / max(result.seconds, 1e-9), 2),
@@ -123,7 +124,7 @@ class Done:
         new_text = ChangeSet.of((r.span.start, r.span.end, r.text) for r in spans).apply(request.text)
         result = EditResult(new_text, spans, int(data["steps"]), float(data.get("denoise_seconds", 0.0)), (new_text,),
                             prompt_tokens=int(data.get("prompt_tokens", 0)), context_cut=bool(data.get("context_cut", False)),
-                            settings=dict(data.get("settings") or {}))
+                            settings=dict(data.get("settings") or {}), cached_tokens=int(data.get("cached_tokens", 0)))
         return cls(result, Progress.from_json(data["last"]), data.get("model", ""), data.get("noise", "mask"),
                    tuple(data.get("sharp_per_step", ())))
 

@@ -41,6 +41,9 @@ class EditResult:
     # The settings the loop actually ran with (steps, block size, thresholds: the model's Kind says
     # which; core/loops/kind.py), for --json.
     settings: dict = field(default_factory=dict)
+    # Of prompt_tokens, those the run took from the model's prefix cache instead of computing them
+    # (core/prefix_cache.py: block-causal models, whole blocks an earlier run prefilled).
+    cached_tokens: int = 0
 
     @property
     def tokens(self) -> int:

@@ -27,6 +27,7 @@ import threading
 import time
 from collections import deque
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from typing import Callable, Iterator
 
 from .errors import Cancelled, ModelError, UsageError
@@ -147,6 +148,7 @@ class Runner:
     def _events(self, denoiser, request: EditRequest, should_stop, every: float | None) -> Iterator[Event]:
         import torch  # deferred: the editor imports this module before its first paint
 
+        from . import prefix_cache
         from .engine import run_request
 
         end_ids, mask_id = set(denoiser.spec.end_ids), denoiser.spec.mask_id
@@ -155,18 +157,20 @@ class Runner:
         # every block (docs/speed.md); progress below is built only at the consumer's rate.
         sharp_per_step: list = []
         last_sent = float("-inf")
-        for update in run_request(denoiser, request, should_stop):
-            frame = update.frame
-            if update.result is not None:
-                last = progress_of(frame, tok, end_ids, mask_id)
-                counts = tuple(int(v) for v in torch.stack(sharp_per_step).tolist()) if sharp_per_step else ()
-                yield Done(update.result, last, self.info.name, self.info.noise, counts)
-                return
-            sharp_per_step.append(frame.sharp_slots())
-            now = time.perf_counter()
-            if every is not None and now - last_sent >= every:
-                last_sent = now
-                yield progress_of(frame, tok, end_ids, mask_id)
+        with prefix_cache.counting() as cached:  # prompt tokens this run's prefills take from the model's prefix cache
+            for update in run_request(denoiser, request, should_stop):
+                frame = update.frame
+                if update.result is not None:
+                    last = progress_of(frame, tok, end_ids, mask_id)
+                    counts = tuple(int(v) for v in torch.stack(sharp_per_step).tolist()) if sharp_per_step else ()
+                    result = replace(update.result, cached_tokens=cached.tokens)
+                    yield Done(result, last, self.info.name, self.info.noise, counts)
+                    return
+                sharp_per_step.append(frame.sharp_slots())
+                now = time.perf_counter()
+                if every is not None and now - last_sent >= every:
+                    last_sent = now
+                    yield progress_of(frame, tok, end_ids, mask_id)
 
 
 def progress_of(frame, tokenizer, end_ids: set[int], mask_id: int) -> Progress:

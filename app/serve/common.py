@@ -343,3 +343,14 @@ def split_fim(prompt: str) -> tuple[str, str] | None:
             context = _CONTEXT_MARKERS.sub("", match.group("pre"))  # repository context before the file: kept as text
             return context + match.group("p"), match.group("s")
     return None
+
+
+def keep_prefixes(backend, megabytes: int) -> str:
+    """A local block-causal model gets a prefix cache (core/prefix_cache.py); the startup line's note."""
+    runner = getattr(backend, "runner", None)
+    if runner is None or megabytes <= 0 or runner.denoiser.spec.loop != "block-causal":
+        return ""
+    from ...core import prefix_cache
+
+    prefix_cache.attach(runner.denoiser, megabytes << 20)
+    return f"; prompt prefixes reused across requests (up to {megabytes} MiB)"

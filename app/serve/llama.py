@@ -20,9 +20,13 @@ A masked-diffusion model fills the whole span at once, so:
   text around the cursor), so a client can say its context is too long; or n_predict was clamped.
 - n_indent ends the content at the first later line indented less (llama.cpp's rule).
 - input_extra goes before the prefix, as context a long enough canvas may reach.
-- cache_prompt, t_max_prompt_ms, samplers, id_slot are accepted and have no effect:
-  sharpen keeps no prompt cache between requests (tokens_cached is 0) and its sampling
-  order is its own.
+- cache_prompt: a block-causal model's server keeps a prefix cache whatever the request says
+  (core/prefix_cache.py; --prefix-cache-mb): a run starts from the longest run of whole prompt
+  blocks an earlier run prefilled. tokens_cached and timings.cache_n are the prompt tokens this
+  run took from it (llama.cpp's tokens_cached counts its slot's whole cache), timings.prompt_n
+  the ones it computed; a masked model reuses nothing, and says 0.
+- t_max_prompt_ms, samplers, id_slot are accepted and have no effect: sharpen's sampling order
+  is its own.
 """
 from __future__ import annotations
 
@@ -81,11 +85,11 @@ class Infill(Shape):
 
     def final(self, done) -> list:
         if done is None:  # a streamed warm-up
-            return [self._answer("", 0, None, full=False, counts=(0, False))]
+            return [self._answer("", 0, None, full=False, counts=(0, False, 0))]
         content, word = self._cut(done.result.spans[0].text)
         rest = content[len(self.sent):] if content.startswith(self.sent) else ""
         return [self._answer(rest, done.result.tokens, word, full=done.result.tokens >= self.n_predict,
-                             counts=(done.result.prompt_tokens, done.result.context_cut))]
+                             counts=(done.result.prompt_tokens, done.result.context_cut, done.result.cached_tokens))]
 
     def cut(self, stopped, server) -> list:
         """The time ran out mid-stream (the request's budget or the server's): what was sent stands;
@@ -94,11 +98,11 @@ class Infill(Shape):
 
     def whole(self, done) -> dict:
         if done is None:
-            return _project(self._answer("", 0, None, full=False, counts=(0, False)), self.fields)
+            return _project(self._answer("", 0, None, full=False, counts=(0, False, 0)), self.fields)
         content, word = self._cut(done.result.spans[0].text)
         result = done.result
         return _project(self._answer(content, result.tokens, word, full=result.tokens >= self.n_predict,
-                                     counts=(result.prompt_tokens, result.context_cut)), self.fields)
+                                     counts=(result.prompt_tokens, result.context_cut, result.cached_tokens)), self.fields)
 
     def whole_cut(self, stopped) -> dict:
         """t_max_predict_ms ran out: what was committed from the left, stop_type "limit"."""
@@ -107,11 +111,13 @@ class Infill(Shape):
         content, word = self._cut(committed_text(stopped.last, self.text, self.at))
         return _project(self._answer(content, stopped.last.sharp, word, full=True), self.fields)
 
-    def _answer(self, content: str, predicted: int, word: str | None, full: bool, counts: tuple[int, bool] | None = None) -> dict:
-        prompt_n, cut = counts if counts is not None else self.server.estimate_context(self.text, self.at, self.n_predict)
+    def _answer(self, content: str, predicted: int, word: str | None, full: bool, counts: tuple[int, bool, int] | None = None) -> dict:
+        """`counts`: (prompt tokens, context cut, of them from the prefix cache), a result's; None: estimated."""
+        prompt_n, cut, cached = counts if counts is not None else (*self.server.estimate_context(self.text, self.at, self.n_predict), 0)
         first = self.timing.first or 0.0
         # truncated: the context did not all fit, or n_predict asked more than this server's bound (then clamped to it)
-        return _answer(content, self.server, prompt_n, predicted, first, self.timing.seconds() - first, cut or self.clamped, self.slot, word, full=full)
+        return _answer(content, self.server, prompt_n, predicted, first, self.timing.seconds() - first, cut or self.clamped, self.slot, word,
+                       full=full, cached=cached)
 
 
 class Completion(Infill):
@@ -179,11 +185,13 @@ def cut_at_indent(content: str, n_indent: int) -> str:
     return content
 
 
-def _answer(content, server, prompt_n, predicted_n, prompt_s, predict_s, truncated, slot, word, full: bool = False) -> dict:
+def _answer(content, server, prompt_n, predicted_n, prompt_s, predict_s, truncated, slot, word, full: bool = False, cached: int = 0) -> dict:
     """llama.cpp's answer. stop_type as llama.cpp's: "word" (a stop string), "limit" (`full`: every
     one of the n_predict slots held content, or t_max_predict_ms ran out), else "eos" (the model
-    ended it). `truncated`: the context did not all fit."""
+    ended it). `truncated`: the context did not all fit. `cached`: of the prompt's `prompt_n`
+    tokens, those taken from the prefix cache (llama.cpp's timings: prompt_n computed, cache_n reused)."""
     prompt_ms, predicted_ms = prompt_s * 1000, predict_s * 1000
+    computed = prompt_n - cached
     return {
         "content": content,
         "id_slot": slot,
@@ -194,12 +202,13 @@ def _answer(content, server, prompt_n, predicted_n, prompt_s, predict_s, truncat
         "truncated": truncated,
         "stop_type": "word" if word else "limit" if full else "eos",
         "stopping_word": word or "",
-        "tokens_cached": 0,  # no prompt cache is kept between requests
+        "tokens_cached": cached,  # prompt tokens this run took from the prefix cache (core/prefix_cache.py)
         "timings": {
-            "prompt_n": prompt_n,
+            "cache_n": cached,
+            "prompt_n": computed,
             "prompt_ms": prompt_ms,
-            "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
-            "prompt_per_second": prompt_n / prompt_s if prompt_s > 0 else 0.0,
+            "prompt_per_token_ms": prompt_ms / computed if computed else 0.0,
+            "prompt_per_second": computed / prompt_s if prompt_s > 0 else 0.0,
             "predicted_n": predicted_n,
             "predicted_ms": predicted_ms,
             "predicted_per_token_ms": predicted_ms / predicted_n if predicted_n else 0.0,

@@ -1,6 +1,7 @@
 """`sharpen serve`: load one model and answer editors over HTTP (see docs/server.md).
 
     sharpen serve [--model M | --backend URL] [--host 127.0.0.1] [--port 8012] [--api-key KEY | SHARPEN_API_KEY=KEY]
+    sharpen serve --ray --replicas N --gpus-per-replica G [--model M]      # Ray Serve replicas (app/serve/ray_replicas.py)
 
 Loopback by default. Any other host needs a key: from SHARPEN_API_KEY (preferred: a command
 line shows in `ps`) or --api-key. The socket is bound before the model loads, so a port in use
@@ -26,7 +27,7 @@ import time
 
 from ...core.errors import InputError, UsageError
 from ...core.settings import Editing, ModelRequest, Sampling
-from .common import Limits
+from .common import Limits, keep_prefixes
 
 KEY_ENV = "SHARPEN_API_KEY"
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8012  # llama.vim's default endpoint is http://127.0.0.1:8012/infill
@@ -54,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--max-waiting", type=int, default=Limits.waiting, metavar="N", help=f"runs in line before 503 (default {Limits.waiting})")
     limits.add_argument("--max-batch", type=int, default=Limits.batch, metavar="N",
                         help=f"runs sharing one forward pass per step; 1: one at a time (default {Limits.batch})")
+    parser.add_argument("--prefix-cache-mb", type=int, default=1024, metavar="MB",
+                        help="block-causal models: prompt prefixes kept for later requests, least recently used out (0: none; default 1024)")
+    ray = parser.add_argument_group("Ray Serve replicas (pip install 'sharpen[ray]'; docs/server.md)")
+    ray.add_argument("--ray", action="store_true", help="serve N replicas of this server on a Ray cluster (RAY_ADDRESS, else a local one) behind --host:--port")
+    ray.add_argument("--replicas", type=int, default=2, metavar="N", help="replicas, each one model and its runs (default 2)")
+    ray.add_argument("--gpus-per-replica", type=float, default=0.0, metavar="G", help="GPUs each replica holds (default 0: CPU)")
+    ray.add_argument("--cpus-per-replica", type=float, default=1.0, metavar="C", help="CPU cores Ray reserves per replica (default 1)")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="warning", help="server log on stderr (default warning)")
     add_settings(parser, ModelRequest, "model (also [model] in the config file)")
     add_settings(parser, Sampling, "default sampling; a request overrides it per field")
@@ -80,6 +88,8 @@ def serve(argv: list[str]) -> int:
         raise UsageError(f"--host {args.host} is reachable from other machines: set a key in ${KEY_ENV} (or --api-key)")
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be between 0 and 65535")
+    if args.prefix_cache_mb < 0:
+        raise UsageError("--prefix-cache-mb must be 0 or more")
     for name in ("max_request_tokens", "max_body", "max_waiting", "max_batch"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
@@ -87,6 +97,14 @@ def serve(argv: list[str]) -> int:
         raise UsageError("--max-seconds must be above 0")
     config = config_from(args)  # the one argparse-to-settings step of every command line
     limits = Limits(args.max_body, args.max_request_tokens, args.max_seconds, args.max_waiting, args.max_batch)
+    if args.ray:
+        if config.remote.backend:
+            raise UsageError("--ray serves a local model on each replica; --backend serves another server's")
+        from .ray_replicas import serve_on_ray
+
+        log_to_stderr(args.log_level)
+        return serve_on_ray(config, limits, key, args.host, args.port, args.replicas, args.gpus_per_replica, args.cpus_per_replica,
+                            args.prefix_cache_mb)
     sock = bind(args.host, args.port)  # before the model loads: a port in use fails at once
     log_to_stderr(args.log_level)
 
@@ -101,11 +119,12 @@ def serve(argv: list[str]) -> int:
     else:
         backend = LocalBackend(config.model, quiet=False, max_waiting=limits.waiting, batch=limits.batch)
     info = backend.load()
+    cached = keep_prefixes(backend, args.prefix_cache_mb)
     server = Server(backend, info, limits, config.sampling, config.editing, api_key=key)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     sys.stderr.write(f"sharpen serve: {info.name} on {info.device}, listening on http://{shown}:{port}"
-                     f"{' (key required)' if key else ''}\nsharpen serve: {server.backend.load_report()}\n")
+                     f"{' (key required)' if key else ''}\nsharpen serve: {server.backend.load_report()}{cached}\n")
     sys.stderr.flush()
     return run_uvicorn(build_app(server), sock, args.log_level)
 

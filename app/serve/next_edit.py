@@ -72,8 +72,8 @@ def _json(raw: bytes) -> dict | None:
 
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return None
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, a number past Python's digit limit:
+        return None  # not a next-edit prompt; the endpoint's own reader answers it with its 400
     return data if isinstance(data, dict) else None
 
 

@@ -178,7 +178,10 @@ class _Completion(Shape):
         result = done.result if done is not None else None
         prompt = result.prompt_tokens if result is not None else self.server.estimate_context(self.text, self.at, self.max_tokens)[0]
         completion = result.tokens if result is not None else 0
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        # cached_tokens: the prompt tokens taken from the model's prefix cache (core/prefix_cache.py), as OpenAI reports its own
+        cached = result.cached_tokens if result is not None else 0
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": cached}}
 
     def _delta(self, text: str, finish: str | None = None) -> dict:
         # Committed text as OpenAI deltas; echo goes before the first one.

@@ -25,10 +25,11 @@ from typing import Callable, Iterator
 
 import torch
 
+from .. import prefix_cache
 from ..canvas import Canvas
 from ..constraints.steering import Steering
 from ..models.denoiser import BlockRule
-from ..models.model import Attend, block_causal_mask
+from ..models.model import Attend
 from ..settings import Sampling
 from .frame import Frame, finished_rows, slot_states
 
@@ -111,10 +112,8 @@ class BlockRun:
         prefill = self.blocks.start * size
         if not prefill:
             return None
-        with torch.inference_mode():
-            run = torch.arange(prefill, device=self.x.device)
-            return self.denoiser.logits(self.x, want=run[-1:] + want_shift, run=run, cache=self.cache,
-                                        attend=Attend(mask=block_causal_mask(run, prefill, size), keys=prefill))
+        with torch.inference_mode():  # from the longest prefix an earlier run prefilled (a server's prefix cache)
+            return prefix_cache.prefill(self.denoiser, self.x, self.cache, prefill, size, want_shift)
 
     def masked_logits(self, block: torch.Tensor, k: int) -> torch.Tensor:
         """[B, P, V] the open block's logits against the read-only cache of the blocks before it,
