@@ -155,10 +155,8 @@ class ClientGone(Exception):
     one line at most, never a traceback: a client leaving is not a server failure)."""
 
 
-async def read_json(request: Request) -> dict:
-    """The body as a JSON object, at most Limits.body_bytes (413), well-formed (400). A lone
-    surrogate a client escaped (`"\\ud800"`) becomes U+FFFD, as a decoder reading bytes would
-    make it: nothing downstream (the tokenizer, the answer's UTF-8) can carry one."""
+async def read_body(request: Request) -> bytes:
+    """The body's bytes, at most Limits.body_bytes (413); a client gone mid-body is ClientGone."""
     limit = server_of(request).limits.body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -172,7 +170,14 @@ async def read_json(request: Request) -> dict:
             chunks.append(chunk)
     except ClientDisconnect:
         raise ClientGone() from None
-    raw = b"".join(chunks)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request) -> dict:
+    """The body as a JSON object (read_body's bounds), well-formed (400). A lone
+    surrogate a client escaped (`"\\ud800"`) becomes U+FFFD, as a decoder reading bytes would
+    make it: nothing downstream (the tokenizer, the answer's UTF-8) can carry one."""
+    raw = await read_body(request)
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -28,7 +28,7 @@ from ...core.errors import SharpenError
 from ...core.next_edit.formats import FormatError, detect_format, format_of
 from ...core.next_edit.predict import NextEditDone, NextEditDraft, predict, window_after
 from .bridge import Stopped, cancel_on_disconnect, start_run
-from .common import SSE_HEADERS, HTTPError, cut_at_stop, error_body, field_of, prompt_of, sampling_of, server_of, sse, stop_strings, status_of
+from .common import SSE_HEADERS, HTTPError, read_body, cut_at_stop, error_body, field_of, prompt_of, sampling_of, server_of, sse, stop_strings, status_of
 
 NEXT_EDIT_FORMATS = ("zeta2", "zeta21", "sweep")  # what /v1/completions answers as a next edit
 
@@ -41,17 +41,6 @@ class _Predicting:
 
     def run(self, request, should_stop, every):
         return predict(self.backend, request, self.instruct, should_stop, every)
-
-
-async def _raw_body(request: Request) -> bytes:
-    limit = server_of(request).limits.body_bytes
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPError(413, f"the body is too large (more than {limit} bytes)")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 class _Replay:
@@ -81,7 +70,7 @@ def completions_or(fallback):
     """/v1/completions: next-edit prompts answered here, every other body by `fallback`."""
 
     async def completions(request: Request):
-        raw = await _raw_body(request)
+        raw = await read_body(request)
         body = _json(raw)
         prompt = body.get("prompt") if body else None
         if isinstance(prompt, list) and len(prompt) == 1:
