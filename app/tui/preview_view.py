@@ -67,6 +67,9 @@ class PreviewView(HighlightedArea, can_focus=False):
         & > .preview-view--ghost { color: $foreground 45%; text-style: italic; }
         & > .preview-view--ghost-masked { color: $foreground 30%; }
         & > .preview-view--ghost-cursor { text-style: reverse; }
+        & > .preview-view--deleted { color: $foreground 40%; text-style: strike; }
+        & > .preview-view--inserted { color: $success 70%; text-style: italic; }
+        & > .preview-view--next-edit-current { color: $success; background: $success 15%; text-style: italic; }
     }
     """
 
