@@ -145,6 +145,9 @@ class NextEditor:
         """The buffer changed (its Changed message): into the history; a running prediction is
         told to stop (it does at its next step); shown hunks move with the text, and one typed
         into is withdrawn; and a new prediction is armed for the next pause."""
+        if not self.enabled:  # off: no history kept (a diff per keystroke costs milliseconds in a long file)
+            self._text = None
+            return
         text = self.pane.editor.buffer_text
         old, self._text = self._text, text
         applying, self._applying = self._applying, False
@@ -162,7 +165,7 @@ class NextEditor:
                 self._draw_offer()
                 return
             self._hide()
-        if not self.enabled or self.pane.editor.history.redo_stack:  # an undo: asking again would offer back what was taken out
+        if self.pane.editor.history.redo_stack:  # an undo: asking again would offer back what was taken out
             self.state = None
             return
         self._typed_at = time.perf_counter()
