@@ -43,9 +43,10 @@ async def load(app, pilot, backend) -> None:
 
 async def rename_parameter(pilot, editor) -> None:
     """Select `width` in `def area(width, ...` and type `w` over it, as a user would."""
+    before = editor.text
     editor.selection = ((0, 9), (0, 14))
     await pilot.press("w")
-    assert editor.text == RENAMED
+    assert editor.text == before.replace("width", "w", 1)
 
 
 def kinds(pane) -> set[str]:
@@ -110,6 +111,28 @@ async def test_apply_all_is_one_undo_step_and_esc_dismisses(source):
         editor.undo()
         await pilot.pause()
         assert editor.text == RENAMED
+
+
+async def test_a_hunk_below_the_view_is_marked_in_the_gutter_and_the_status_bar(tmp_path):
+    path = tmp_path / "long.py"
+    path.write_text(SOURCE + "\n" * 60 + "print(width)\n")
+    app = make_app([path], config())
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, ScriptedBackend(renamer("width", "w")))
+        pane = app.active_pane()
+        editor, next_edit = pane.editor, pane.next_edit
+        await rename_parameter(pilot, editor)
+        await wait_for(pilot, lambda: next_edit.state == SHOWN)
+        last = len(editor.document.lines) - 1
+        assert next_edit.offer.hunks[-1].start == editor.offset_of((last - 1, 6))
+        assert ", 1 below ↓ (line 67)" in pane.notice and pane.preview.gutter_arrows == (False, True)
+        bottom = pane.preview.render_line(pane.preview.size.height - 1)
+        assert bottom.text.startswith("↓") and not pane.preview.render_line(0).text.startswith("↑")
+        for _ in range(3):
+            await pilot.press("tab", "tab")  # the three on screen applied; the last one is still below
+        await pilot.press("tab")  # jumps there: the view scrolls to it, nothing is off screen
+        await wait_for(pilot, lambda: pane.preview.gutter_arrows == (False, False))
+        assert "below" not in pane.notice and "above" not in pane.notice
 
 
 class SlowScripted(ScriptedBackend):

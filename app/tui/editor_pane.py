@@ -406,6 +406,7 @@ class EditorPane(Container):
         if self.phase != IDLE or self.ghost.active or self.next_edit.state is not None:
             self.preview.follow(self.editor)
             self.ghost.scrolled()
+            self.next_edit.scrolled()
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase

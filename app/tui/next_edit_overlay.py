@@ -326,17 +326,35 @@ class NextEditor:
 
     def _draw_offer(self) -> None:
         offer = self.offer
-        editor = self.pane.editor
-        self._draw(editor.buffer_text, offer.hunks, offer.current, first=False)
-        above, below = off_screen(editor.buffer_text, offer.hunks, top_line(editor), editor.size.height or 1)
+        self._draw(self.pane.editor.buffer_text, offer.hunks, offer.current, first=False)
+        self._note()
+
+    def _note(self) -> None:
+        """The status bar's line on the offer: how many, how many off screen and where, the keys."""
+        above, below = self._off_screen()
         where = "".join([f", {len(above)} above ↑ (line {above[-1]})" if above else "",
                          f", {len(below)} below ↓ (line {below[0]})" if below else ""])
-        count = len(offer.hunks)
+        count = len(self.offer.hunks)
         keys = self.pane.app.keys_for("accept").split(", ")[0]
         every = self.pane.app.keys_for("next-edit-apply-all").split(", ")[0]
         self.pane.notice = f"{NOTICE}{count} edit{'' if count == 1 else 's'}{where} · {keys} jumps, {keys} again applies, {every} all, Esc dismisses"
         self.pane.editor.yield_tab = True
         self.pane.announce()
+
+    def _off_screen(self) -> tuple[list[int], list[int]]:
+        """The lines of the hunks on offer above and below the view, and the gutter's arrows set by them."""
+        editor = self.pane.editor
+        above, below = off_screen(editor.buffer_text, self.offer.hunks, top_line(editor), editor.size.height or 1)
+        arrows = (bool(above), bool(below))
+        if self.pane.preview.gutter_arrows != arrows:
+            self.pane.preview.gutter_arrows = arrows
+            self.pane.preview.refresh()
+        return above, below
+
+    def scrolled(self) -> None:
+        """The editor scrolled: the gutter's arrows and the status bar's count follow."""
+        if self.shown:
+            self._note()
 
     def _draw(self, text: str, hunks, current: int | None, first: bool) -> None:
         pane = self.pane
@@ -349,6 +367,7 @@ class NextEditor:
 
     def _hide(self) -> None:
         pane = self.pane
+        pane.preview.gutter_arrows = (False, False)
         if pane.notice.startswith(NOTICE):
             pane.notice = ""
             pane.announce()
