@@ -13,6 +13,7 @@ from next_edit_scripted import ScriptedBackend, renamer
 from pilot import make_app, wait_for
 
 from sharpen.app.config import Config
+from sharpen.core.next_edit.request import Hunk
 from sharpen.app.tui.ghost import SHOWN as GHOST_SHOWN
 from sharpen.app.tui.messages import ModelLoaded
 from sharpen.app.tui.next_edit_actions import next_line, next_word
@@ -69,6 +70,8 @@ async def test_a_rename_proposes_the_other_uses_tab_jumps_tab_applies_undo_resto
         assert [h.start for h in hunks] == uses and all(h.text == "w" for h in hunks)
         assert editor.text == RENAMED  # the overlay never writes the buffer
         assert {DELETED, INSERTED} <= kinds(pane) and pane.has_class("-previewing")
+        # each hunk as its old text (struck) then its new text (faint), the rest as the buffer
+        assert pane.preview.text == RENAMED.replace("(width)", "(widthw)").replace("n width", "n widthw")
         assert pane.notice.startswith("next edit: 3 edits")
         events = app.session.edit_history.events()
         assert events[-1].path == "area.py" and "-def area(width, height):" in events[-1].diff
@@ -133,6 +136,17 @@ async def test_a_hunk_below_the_view_is_marked_in_the_gutter_and_the_status_bar(
         await pilot.press("tab")  # jumps there: the view scrolls to it, nothing is off screen
         await wait_for(pilot, lambda: pane.preview.gutter_arrows == (False, False))
         assert "below" not in pane.notice and "above" not in pane.notice
+
+
+async def test_drafts_whose_hunks_move_are_drawn_over_the_buffer_as_it_is(source):
+    """A draft's hunk may sit elsewhere than the last one's: each is drawn over the buffer's text."""
+    app = make_app([source], config())
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.active_pane()
+        await pilot.pause()
+        pane.next_edit._draw(SOURCE, [Hunk(0, 3, "async def", 0.9)], None)
+        pane.next_edit._draw(SOURCE, [Hunk(SOURCE.index("print"), SOURCE.index("print") + 5, "log", 0.9)], None)
+        assert pane.preview.text == SOURCE.replace("print", "printlog")
 
 
 class SlowScripted(ScriptedBackend):

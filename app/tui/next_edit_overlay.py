@@ -242,7 +242,7 @@ class NextEditor:
             self._draw_offer()
             return
         run.drafts.append(event.answer)
-        self._draw(run.request.text, event.answer.hunks, None, first=len(run.drafts) == 1)
+        self._draw(run.request.text, event.answer.hunks, None)
 
     def _failed(self, run: NextEditRun, error: str) -> None:
         if run is self.run:
@@ -326,7 +326,7 @@ class NextEditor:
 
     def _draw_offer(self) -> None:
         offer = self.offer
-        self._draw(self.pane.editor.buffer_text, offer.hunks, offer.current, first=False)
+        self._draw(self.pane.editor.buffer_text, offer.hunks, offer.current)
         self._note()
 
     def _note(self) -> None:
@@ -356,13 +356,15 @@ class NextEditor:
         if self.shown:
             self._note()
 
-    def _draw(self, text: str, hunks, current: int | None, first: bool) -> None:
+    def _draw(self, text: str, hunks, current: int | None) -> None:
         pane = self.pane
         spans = [(h.start, h.end) for h in hunks]
         pieces = [hunk_pieces(text, h, i == current) for i, h in enumerate(hunks)]
         if not spans:  # a draft with nothing in it yet: the layer shows the buffer as it is
             spans, pieces = [(0, 0)], [[]]
-        pane.show_overlay(text, spans, pieces, same_run=not first)
+        # Never same_run: the layer's fast path keeps the text outside the first and last span as
+        # it was, and a draft's hunks move (a ghost's one span does not).
+        pane.show_overlay(text, spans, pieces, same_run=False)
         pane.set_class(True, "-previewing")
 
     def _hide(self) -> None:
