@@ -49,6 +49,10 @@ class Editor(Request):
     ghost: bool | None = setting(None, "complete as you type: faint ghost text at the cursor after a pause, Tab accepts (default: on with --model, off with the embedded demo model)")
     # llama.vim and Copilot wait about this long; shorter fires between the keys of a word.
     ghost_pause_ms: int = setting(300, "pause in typing before ghost completion runs", low=50, high=10_000, metavar="MS")
+    # As ghost: None decides by the model (app/tui/next_edit_overlay.py, next_edit_default).
+    next_edit: bool | None = setting(None, "propose the follow-up edits after a pause that follows an edit, drawn over the buffer; Tab jumps, Tab applies (default: on with --model or a server, off with the embedded demo model)")
+    # Longer than the ghost's: a next edit reads a whole window, and typing on cancels it.
+    next_edit_pause_ms: int = setting(500, "pause after an edit before next-edit prediction runs", low=50, high=10_000, metavar="MS")
 
 
 PROTOCOLS = ("auto", "sharpen", "mercury", "openai", "chat")  # what a --backend server speaks (app/remote.py)

@@ -35,8 +35,9 @@ def example(tmp_path) -> Path:
 
 
 def real(model_dir, **values) -> Config:
-    """A config naming a checkpoint (ghost on by default), paced so frames can be seen."""
-    return Config.of(model=str(model_dir), steps=6, frame_rate=60, ghost_pause_ms=100, **values)
+    """A config naming a checkpoint (ghost on by default), paced so frames can be seen; next-edit
+    prediction (on by default too) off, so no prediction takes the layer between two ghosts."""
+    return Config.of(model=str(model_dir), steps=6, frame_rate=60, ghost_pause_ms=100, **{"next_edit": False, **values})
 
 
 async def load(app, pilot, denoiser) -> None:

@@ -32,6 +32,10 @@ PANE_BINDINGS = [
     Binding("alt+c", "clear_marks", "Clear marks", id="clear-marks", show=False),
     # Priority: while a run or preview is up these are the preview's, before the TextArea's own.
     Binding("tab", "accept", "Accept", id="accept", priority=True),
+    # While a ghost is shown (next_edit_actions.py); otherwise the TextArea's own keys.
+    Binding("ctrl+right", "accept_word", "Accept word", id="accept-word", priority=True, show=False),
+    Binding("ctrl+down", "accept_line", "Accept line", id="accept-line", priority=True, show=False),
+    Binding("alt+t,f9", "next_edit_apply_all", "Apply all edits", id="next-edit-apply-all", priority=True, show=False),
     Binding("escape", "cancel_or_reject", "Cancel/Reject", id="cancel", priority=True, show=False),
     # Alt+] / Alt+[ need a terminal that reports them unambiguously (kitty protocol); in tmux
     # they arrive as ESC ] / ESC [, so Alt+N / Alt+P do the same everywhere.

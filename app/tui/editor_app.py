@@ -115,7 +115,8 @@ class SharpenApp(App):
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key) and not event.is_forwarded and (pane := self.active_pane()) is not None:
-            pane.ghost.key(event.key, self.bound_keys("accept"), event.character)  # any key but Accept's (or typing through) dismisses a ghost (ghost.py)
+            keeps = self.bound_keys("accept") + self.bound_keys("accept-word") + self.bound_keys("accept-line")  # next_edit_actions.py
+            pane.ghost.key(event.key, keeps, event.character)  # any key but Accept's (or typing through) dismisses a ghost (ghost.py)
             pane.key_pressed()  # a one-time notice ("accepted 12 characters") goes with the next key
         if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded and await self.key_order.take(event):
             return

@@ -18,12 +18,13 @@ from textual.message import Message
 from textual.reactive import reactive
 
 from ...core.spans import Span
-from . import constraint_actions, file_actions, search_actions, syntax_actions
+from . import constraint_actions, file_actions, next_edit_actions, search_actions, syntax_actions
 from .bindings import PANE_BINDINGS
 from .buffer_file import BufferFile
 from .edit_preview import IDLE, PREVIEW, RUNNING, EditPreview
 from .editor_area import EditorArea
 from .ghost import Ghost
+from .next_edit_overlay import NextEditor
 from .messages import EditCancelled, EditFailed, EditFinished, EditProgress
 from .preview import Piece
 from .preview_view import PreviewView
@@ -71,6 +72,7 @@ class EditorPane(Container):
         self.runs = RunBoard(self)  # every model run on this buffer, by id (run_state.py)
         self.edits = EditPreview(self)  # a command's run and its preview (edit_preview.py)
         self.ghost = Ghost(self)  # as-you-type completion (ghost.py)
+        self.next_edit = NextEditor(self)  # next-edit prediction (next_edit_overlay.py)
         self._notice = ""
         self.fleeting = False  # the notice goes with the next key (say_once)
         self.disk_notice = ""  # the file changed on disk (RecoveryKeeper.watch_files)
@@ -116,12 +118,14 @@ class EditorPane(Container):
         self.watch(self.editor, "scroll_y", self._follow_scroll, init=False)
         self.watch(self.editor, "scroll_x", self._follow_scroll, init=False)
         self.show_ghost_switch()
+        self.next_edit.seen()
 
     # -- the ghost's triggers (ghost.py): an edit arms it, a move dismisses it (keys: the app's on_event) --
 
     def on_text_area_changed(self, event) -> None:
         if event.text_area is self.editor:  # not stopped: the app follows it too
             self.ghost.typed()
+            self.next_edit.changed()
 
     def on_text_area_selection_changed(self, event) -> None:
         if event.text_area is self.editor:
@@ -136,6 +140,7 @@ class EditorPane(Container):
         # between two steps so quitting during a long run does not wait for its end.
         self.runs.stop_all()
         self.ghost.dismiss()
+        self.next_edit.dismiss()
 
     def reload(self, buffer: BufferFile) -> None:
         """Show `buffer` (the file read again from disk) in place of the current, clean text."""
@@ -144,6 +149,7 @@ class EditorPane(Container):
         cursor = editor.selection.end
         editor.load_text(buffer.original)
         editor.mark_saved()
+        self.next_edit.seen()
         row = min(cursor[0], editor.document.line_count - 1)
         editor.move_cursor((row, min(cursor[1], len(editor.document.lines[row]))))
 
@@ -223,7 +229,7 @@ class EditorPane(Container):
         syntax_actions.shrink_selection(self)
 
     def action_accept(self) -> None:
-        if self.ghost.accept():
+        if self.ghost.accept() or self.next_edit.tab():
             return
         if self.phase == IDLE:
             self.notify("nothing to accept", timeout=2)
@@ -246,8 +252,8 @@ class EditorPane(Container):
             self.edits.cancel()
         elif self.phase == PREVIEW:
             self.edits.reject()
-        elif self.ghost.dismiss():
-            pass  # Esc over a ghost only dismisses it
+        elif self.ghost.dismiss() or self.next_edit.dismiss():
+            pass  # Esc over a ghost or proposed next edits only dismisses them
         else:
             self.editor.move_cursor(self.editor.selection.end)  # idle: Esc just drops the selection
 
@@ -287,6 +293,19 @@ class EditorPane(Container):
         self.notify(f"ghost completion {'on' if on else 'off'}", timeout=2)
         self.show_ghost_switch()
 
+    def action_toggle_next_edit(self) -> None:
+        self.notify(f"next-edit prediction {'on' if self.next_edit.toggle() else 'off'}", timeout=2)
+
+    def action_accept_word(self) -> None:
+        next_edit_actions.accept_part(self.ghost, line=False)
+
+    def action_accept_line(self) -> None:
+        next_edit_actions.accept_part(self.ghost, line=True)
+
+    def action_next_edit_apply_all(self) -> None:
+        if not self.next_edit.apply_all():
+            self.notify("no next edit on offer", timeout=2)
+
     def action_toggle_wrap(self) -> None:
         self.editor.soft_wrap = not self.editor.soft_wrap
 
@@ -299,7 +318,11 @@ class EditorPane(Container):
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         # Tab and the alternative keys belong to the preview; elsewhere they go to the editor.
         if action == "accept":
-            return self.phase != IDLE or self.ghost.shown
+            return self.phase != IDLE or self.ghost.shown or self.next_edit.shown
+        if action in ("accept_word", "accept_line"):
+            return self.ghost.shown  # otherwise Ctrl+Right / Ctrl+Down are the TextArea's
+        if action == "next_edit_apply_all":
+            return self.next_edit.shown
         if action == "cycle":
             return self.phase == PREVIEW  # with one alternative, action_cycle says so
         return True
@@ -386,9 +409,10 @@ class EditorPane(Container):
     def _follow_scroll(self) -> None:
         """The preview layer at the editor's rows (PreviewView.follow_scroll: a layer not laid
         out yet gets there as it is first drawn)."""
-        if self.phase != IDLE or self.ghost.active:
+        if self.phase != IDLE or self.ghost.active or self.next_edit.state is not None:
             self.preview.follow(self.editor)
             self.ghost.scrolled()
+            self.next_edit.scrolled()
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase

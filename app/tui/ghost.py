@@ -133,6 +133,8 @@ class Ghost:
             return "no model"
         if session.queued is not None or any(p.phase != "idle" for p in pane.app.query(type(pane))):  # editor_pane.IDLE
             return "another run or preview is active"
+        if pane.next_edit.active:  # the layer shows proposed next edits (next_edit_overlay.py)
+            return "next edits are proposed"
         if not editor.selection.is_empty:
             return "text is selected"
         if editor.read_only or not editor.has_focus:
@@ -232,9 +234,10 @@ class Ghost:
         if text == run.text and cursor == run.offset:
             return True
         rest, self._through = run.result.spans[0].text, None
-        if not rest or cursor != run.offset + 1 or text != run.text[:run.offset] + rest[0] + run.text[run.offset:]:
+        typed = cursor - run.offset  # one character typed, or a word or line taken (next_edit_actions.accept_part)
+        if not rest or typed < 1 or text != run.text[:run.offset] + rest[:typed] + run.text[run.offset:]:
             return False
-        rest = rest[1:]
+        rest = rest[typed:]
         if not rest.strip():  # all of it typed (blanks left are no suggestion): done
             self.dismiss()
             self.pane.say_once("ghost typed through")

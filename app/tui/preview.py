@@ -16,7 +16,9 @@ EDITED = "edited"  # a token the model wrote over one it had committed (core.loo
 MARKED = "marked"  # a region marked for a later parallel edit, outside this run's spans
 GHOST, GHOST_MASKED = "ghost", "ghost-masked"  # as-you-type completion (ghost.py): faint text, faint blur
 GHOST_CURSOR = "ghost-cursor"  # the cursor's cell while a ghost covers the editor
-KINDS = (MASKED, NOISE, DOUBTFUL, UNSURE, SURE, FINAL, MARKED, EDITED, GHOST, GHOST_MASKED, GHOST_CURSOR)
+# A next edit's hunk (next_edit_overlay.py): the text it deletes, the text it inserts, the one Tab jumped to.
+DELETED, INSERTED, NEXT_EDIT_CURRENT = "deleted", "inserted", "next-edit-current"
+KINDS = (MASKED, NOISE, DOUBTFUL, UNSURE, SURE, FINAL, MARKED, EDITED, GHOST, GHOST_MASKED, GHOST_CURSOR, DELETED, INSERTED, NEXT_EDIT_CURRENT)
 MASK_GLYPH = "░"  # one per still-masked slot: the blur that sharpens into text
 EMPTY_GLYPH = "∅"  # a finished span whose result is empty, so the preview still shows where it is
 SURE_AT = 0.9  # confidence at or above which a token is drawn at full strength

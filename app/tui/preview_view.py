@@ -15,7 +15,9 @@ from textual import events
 from textual.geometry import Offset
 from textual.widgets import TextArea
 
+from rich.segment import Segment
 from rich.text import Text
+from textual.strip import Strip
 
 from .document import displayable, drawn_line
 from .highlighted_area import HighlightedArea
@@ -67,6 +69,9 @@ class PreviewView(HighlightedArea, can_focus=False):
         & > .preview-view--ghost { color: $foreground 45%; text-style: italic; }
         & > .preview-view--ghost-masked { color: $foreground 30%; }
         & > .preview-view--ghost-cursor { text-style: reverse; }
+        & > .preview-view--deleted { color: $foreground 40%; text-style: strike; }
+        & > .preview-view--inserted { color: $success 70%; text-style: italic; }
+        & > .preview-view--next-edit-current { color: $success; background: $success 15%; text-style: italic; }
     }
     """
 
@@ -137,6 +142,18 @@ class PreviewView(HighlightedArea, can_focus=False):
         if self.wanted_scroll is not None and self.size.height:
             self.follow_scroll(*self.wanted_scroll)
         return super().render_lines(crop)
+
+    # Next edits off screen (next_edit_overlay.py): an arrow in the gutter of the top row (some
+    # above the view) and of the bottom row (some below).
+    gutter_arrows: tuple[bool, bool] = (False, False)
+
+    def render_line(self, y: int) -> Strip:
+        strip = super().render_line(y)
+        above, below = self.gutter_arrows
+        if (above and y == 0) or (below and y == self.size.height - 1):
+            arrow = Strip([Segment("↑" if above and y == 0 else "↓", self.get_component_rich_style("preview-view--next-edit-current"))], 1)
+            strip = Strip.join([arrow, strip.crop(1, strip.cell_length)])
+        return strip
 
     gutter_floor = 0  # at least this gutter width: the editor's, when this view shows a window of its lines
 

@@ -21,6 +21,8 @@ class Session:
     last_search: str = ""  # Find's query, shared by every buffer as in most editors
     queued: tuple | None = None  # (pane, action name): a model command asked for while the model loads
     ghost: bool | None = None  # the palette's ghost-completion switch; None: the config decides (ghost.ghost_default)
+    next_edit: bool | None = None  # the palette's next-edit switch; None: the config decides (next_edit_overlay.next_edit_default)
+    edit_history: Any = None  # every buffer's recent edits (core.next_edit.history.EditHistory), made on first use
     first_run_started: bool = False  # the session's first run was started (Editor.first_run_step_ms paces only that one)
 
     def unavailable(self) -> str | None:

@@ -1,0 +1,378 @@
+"""Next-edit prediction in the editor: after a pause that follows an edit, the model proposes the
+follow-up edits (core/next_edit/), drawn as edits over the buffer while they sharpen.
+
+    edit --pause--> running --draft--> running --done--> shown --Tab--> jumped --Tab--> applied (one undo step)
+                      |                                   |  typing: hunks move with the text, a typed-into one goes
+                      +-- typing: cancelled at its next step    Esc: dismissed; apply-all: every hunk, one undo step
+
+A pane owns one NextEditor. The buffer's edits feed the session's EditHistory (core/next_edit/
+history.py) as ChangeSets with their time and file; the prediction runs in a thread worker
+(core.next_edit.predict over the session's backend, the path ghost completion's runs take), and
+its drafts reach the UI thread through the event loop. The hunks are drawn in the pane's preview
+layer, as the ghost is, so the buffer and its undo history are untouched until Tab applies one:
+deleted text dimmed and struck, inserted text faint (a line break in it as ⏎, so no row of the
+buffer moves). Hunks outside the view are counted in the status bar's note with their lines.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from ...core.changes import ChangeSet
+from ...core.next_edit.history import EditHistory
+from ...core.next_edit.offer import Apply, Offer
+from ...core.next_edit.request import Hunk, NextEditAnswer, NextEditRequest
+from .preview import DELETED, INSERTED, NEXT_EDIT_CURRENT as CURRENT, Piece
+from .preview_view import top_line
+
+log = logging.getLogger(__name__)
+
+NEWLINE_GLYPH = "⏎"  # an inserted line break, drawn in place so the rows below never move
+WAITING, RUNNING, SHOWN = "waiting", "running", "shown"  # and None: nothing pending
+NOTICE = "next edit: "  # how the status bar's note on the offer starts
+
+
+def next_edit_default(config) -> bool:
+    """On with a checkpoint the user chose or a server, off with the embedded demo model unless
+    asked for (as ghost completion: a 1.8M-parameter toy's guesses on every pause are noise)."""
+    if config.editor.next_edit is not None:
+        return config.editor.next_edit
+    return not config.embedded
+
+
+def one_change(old: str, new: str) -> ChangeSet | None:
+    """The edit turning `old` into `new` as one replacement (common prefix and suffix kept), found
+    by comparing slices in C: the buffer's Changed message says that it changed, not where."""
+    if old == new:
+        return None
+    limit = min(len(old), len(new))
+    lo, hi = 0, limit  # the longest common prefix, by bisection
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if old[:mid] == new[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    prefix, lo, hi = lo, 0, limit - lo
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if old[len(old) - mid:] == new[len(new) - mid:]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return ChangeSet.of([(prefix, len(old) - lo, new[prefix:len(new) - lo])])
+
+
+def hunk_pieces(text: str, hunk: Hunk, current: bool = False) -> list[Piece]:
+    """A hunk drawn as an edit: the text it removes (struck), then the text it writes (faint)."""
+    pieces = []
+    if hunk.end > hunk.start:
+        pieces.append(Piece(text[hunk.start:hunk.end], DELETED))
+    if hunk.text:
+        pieces.append(Piece(hunk.text.replace("\n", NEWLINE_GLYPH), CURRENT if current else INSERTED))
+    return pieces
+
+
+def off_screen(text: str, hunks, top: int, height: int) -> tuple[list[int], list[int]]:
+    """The 1-based lines of the hunks above the view's lines [top, top + height) and below it."""
+    above, below = [], []
+    for h in hunks:
+        line = text.count("\n", 0, h.start)
+        if line < top:
+            above.append(line + 1)
+        elif line >= top + height:
+            below.append(line + 1)
+    return above, below
+
+
+class NextEditRun:
+    """One prediction: what it was asked, whether it was told to stop, its drafts so far."""
+
+    def __init__(self, request: NextEditRequest) -> None:
+        self.request = request
+        self.stopped = False
+        self.drafts: list[NextEditAnswer] = []  # every draft drawn (the tests read it)
+        self.answer: NextEditAnswer | None = None
+
+
+class NextEditor:
+    """Next-edit prediction on one pane (history feed, timer, run, drawing, the offer and its keys)."""
+
+    def __init__(self, pane) -> None:
+        self.pane = pane  # the EditorPane (not imported: that module imports this one)
+        self.state: str | None = None
+        self.run: NextEditRun | None = None
+        self.last: NextEditRun | None = None  # the last finished run (tests, the status)
+        self.offer: Offer | None = None
+        self._text: str | None = None  # the buffer as the history last saw it
+        self._typed_at = 0.0
+        self._timer = None
+        self._applying = False  # the change coming in is a hunk Tab applied (history: predicted)
+
+    # -- switching it on and off ----------------------------------------------------------
+
+    @property
+    def history(self) -> EditHistory:
+        session = self.pane.session
+        if session.edit_history is None:  # one history for all buffers: the prompt names each edit's file
+            session.edit_history = EditHistory()
+        return session.edit_history
+
+    @property
+    def enabled(self) -> bool:
+        session = self.pane.session
+        return session.next_edit if session.next_edit is not None else next_edit_default(session.config)
+
+    @property
+    def pause(self) -> float:
+        return self.pane.session.config.editor.next_edit_pause_ms / 1000
+
+    def toggle(self) -> bool:
+        self.pane.session.next_edit = not self.enabled
+        if not self.pane.session.next_edit:
+            self.dismiss()
+        return self.pane.session.next_edit
+
+    @property
+    def path(self) -> str:
+        path = self.pane.editor.buffer.path
+        return path.name if path is not None else "untitled"
+
+    # -- the buffer's edits ---------------------------------------------------------------
+
+    def changed(self) -> None:
+        """The buffer changed (its Changed message): into the history; a running prediction is
+        told to stop (it does at its next step); shown hunks move with the text, and one typed
+        into is withdrawn; and a new prediction is armed for the next pause."""
+        if not self.enabled:  # off: no history kept (a diff per keystroke costs milliseconds in a long file)
+            self._text = None
+            return
+        text = self.pane.editor.buffer_text
+        old, self._text = self._text, text
+        applying, self._applying = self._applying, False
+        changes = one_change(old, text) if old is not None else None
+        if changes is None:
+            return
+        self.history.record(self.path, old, changes, predicted=applying)
+        if applying:
+            return  # the offer was already mapped through the hunk it applied
+        if self.state == RUNNING:
+            self._stop()
+        if self.offer is not None:
+            self.offer = self.offer.after_edit(changes)
+            if self.offer is not None:
+                self._draw_offer()
+                return
+            self._hide()
+        if self.pane.editor.history.redo_stack:  # an undo: asking again would offer back what was taken out
+            self.state = None
+            return
+        self._typed_at = time.perf_counter()
+        self.state = WAITING
+        if self._timer is None:
+            self._timer = self.pane.set_timer(self.pause, self._due)
+
+    def seen(self) -> None:
+        """The buffer as it is now is no one's edit (loaded, reloaded): the history starts here."""
+        self._text = self.pane.editor.buffer_text
+
+    def _due(self) -> None:
+        self._timer = None
+        if self.state != WAITING:
+            return
+        left = self.pause - (time.perf_counter() - self._typed_at)
+        if left > 0.001:
+            self._timer = self.pane.set_timer(left, self._due)
+            return
+        self.state = None
+        if self.why_not() is None:
+            self.fire()
+
+    def why_not(self) -> str | None:
+        """Why a prediction may not start now (None: it may)."""
+        pane, session = self.pane, self.pane.session
+        if not self.enabled:
+            return "next-edit prediction is off"
+        if session.backend is None:
+            return "no model"
+        if session.queued is not None or any(p.phase != "idle" for p in pane.app.query(type(pane))) or pane.ghost.active:
+            return "another run or preview is active"
+        if pane.editor.read_only:
+            return "the buffer is read-only"
+        return None
+
+    # -- the run --------------------------------------------------------------------------
+
+    def fire(self) -> None:
+        editor, config = self.pane.editor, self.pane.session.config
+        text = editor.buffer_text
+        request = NextEditRequest.around(self.path, text, editor.offset_of(editor.selection.end), self.history.events(),
+                                         sampling=config.sampling, editing=config.editing)
+        run = self.run = NextEditRun(request)
+        self.state = RUNNING
+        loop = asyncio.get_running_loop()
+        backend, every = self.pane.session.backend, 1.0 / config.editor.frame_rate
+
+        def work() -> None:  # in a thread: each event goes to the UI thread through its loop
+            from ...core.next_edit.predict import predict
+
+            try:
+                for event in predict(backend, request, should_stop=lambda: run.stopped, every=every):
+                    loop.call_soon_threadsafe(self._event, run, event)
+            except Exception as exc:  # a failed prediction is no news worth a dialog; the status says it
+                log.debug("next-edit prediction failed", exc_info=True)
+                loop.call_soon_threadsafe(self._failed, run, f"{type(exc).__name__}: {exc}")
+
+        self.pane.run_worker(work, thread=True, group="next-edit", exit_on_error=False)
+
+    def _event(self, run: NextEditRun, event) -> None:
+        from ...core.next_edit.predict import NextEditDone
+
+        if run is not self.run or run.stopped or self.state != RUNNING:
+            return  # a stale run's news (typing moved on)
+        if isinstance(event, NextEditDone):
+            run.answer, self.last = event.answer, run
+            self.offer = Offer.of(event.answer)
+            if self.offer is None:  # "no edit": nothing drawn, nothing said
+                self.run, self.state = None, None
+                self._hide()
+                return
+            self.state = SHOWN
+            self._draw_offer()
+            return
+        run.drafts.append(event.answer)
+        self._draw(run.request.text, event.answer.hunks, None)
+
+    def _failed(self, run: NextEditRun, error: str) -> None:
+        if run is self.run:
+            self.run, self.state = None, None
+            self._hide()
+            self.pane.notice = f"next edit failed: {error}"
+            self.pane.announce()
+
+    def _stop(self) -> None:
+        if self.run is not None:
+            self.run.stopped = True  # predict's should_stop: the model stops at its next step
+        self.run, self.state = None, None
+
+    def dismiss(self) -> bool:
+        """Esc: stop a running prediction, drop shown hunks; True when there was one."""
+        was = self.state in (RUNNING, SHOWN)
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        self._stop()
+        self.offer = None
+        if was:
+            self._hide()
+        return was
+
+    # -- the offer's keys (core/next_edit/offer.py) ----------------------------------------
+
+    @property
+    def active(self) -> bool:
+        return self.state in (RUNNING, SHOWN)
+
+    @property
+    def shown(self) -> bool:
+        return self.state == SHOWN and self.offer is not None
+
+    def tab(self) -> bool:
+        """First Tab: the cursor jumps to the next hunk; a second Tab applies it (one undo step)."""
+        if not self.shown:
+            return False
+        editor = self.pane.editor
+        offer, step = self.offer.tab(editor.offset_of(editor.selection.end))
+        if isinstance(step, Apply):
+            self.offer = offer
+            self._write(step.changes, step.cursor)
+            left = len(offer.hunks) if offer is not None else 0
+            self.pane.say_once(f"next edit applied (undo takes it back); {left} more on offer" if left else "next edit applied (undo takes it back)")
+            return True
+        self.offer = offer
+        editor.move_cursor(editor.location_of(step.offset))
+        editor.scroll_cursor_visible()
+        self._draw_offer()
+        return True
+
+    def apply_all(self) -> bool:
+        """Every hunk on offer at once, as one edit (one undo step)."""
+        if not self.shown:
+            return False
+        changes, count = self.offer.apply_all(), len(self.offer.hunks)
+        last = self.offer.hunks[-1]
+        self.offer = None
+        self._write(changes, changes.map_pos(last.end))
+        self.pane.say_once(f"next edit: {count} hunk{'' if count == 1 else 's'} applied (one undo step)")
+        return True
+
+    def _write(self, changes: ChangeSet, cursor: int | None) -> None:
+        editor = self.pane.editor
+        text = editor.buffer_text
+        first, last, segment = changes.as_one_edit(text)  # one replacement: one undo step
+        self._applying = True
+        if self.offer is None:
+            self.state = None
+            self._hide()
+        editor.history.checkpoint()
+        applied = editor.replace(segment, editor.location_of(first), editor.location_of(last))
+        editor.history.checkpoint()
+        editor.move_cursor(editor.location_of(cursor) if cursor is not None else applied.end_location)
+        if self.offer is not None:
+            self._draw_offer()
+
+    # -- drawing --------------------------------------------------------------------------
+
+    def _draw_offer(self) -> None:
+        offer = self.offer
+        self._draw(self.pane.editor.buffer_text, offer.hunks, offer.current)
+        self._note()
+
+    def _note(self) -> None:
+        """The status bar's line on the offer: how many, how many off screen and where, the keys."""
+        above, below = self._off_screen()
+        where = "".join([f", {len(above)} above ↑ (line {above[-1]})" if above else "",
+                         f", {len(below)} below ↓ (line {below[0]})" if below else ""])
+        count = len(self.offer.hunks)
+        keys = self.pane.app.keys_for("accept").split(", ")[0]
+        every = self.pane.app.keys_for("next-edit-apply-all").split(", ")[0]
+        self.pane.notice = f"{NOTICE}{count} edit{'' if count == 1 else 's'}{where} · {keys} jumps, {keys} again applies, {every} all, Esc dismisses"
+        self.pane.editor.yield_tab = True
+        self.pane.announce()
+
+    def _off_screen(self) -> tuple[list[int], list[int]]:
+        """The lines of the hunks on offer above and below the view, and the gutter's arrows set by them."""
+        editor = self.pane.editor
+        above, below = off_screen(editor.buffer_text, self.offer.hunks, top_line(editor), editor.size.height or 1)
+        arrows = (bool(above), bool(below))
+        if self.pane.preview.gutter_arrows != arrows:
+            self.pane.preview.gutter_arrows = arrows
+            self.pane.preview.refresh()
+        return above, below
+
+    def scrolled(self) -> None:
+        """The editor scrolled: the gutter's arrows and the status bar's count follow."""
+        if self.shown:
+            self._note()
+
+    def _draw(self, text: str, hunks, current: int | None) -> None:
+        pane = self.pane
+        spans = [(h.start, h.end) for h in hunks]
+        pieces = [hunk_pieces(text, h, i == current) for i, h in enumerate(hunks)]
+        if not spans:  # a draft with nothing in it yet: the layer shows the buffer as it is
+            spans, pieces = [(0, 0)], [[]]
+        # Never same_run: the layer's fast path keeps the text outside the first and last span as
+        # it was, and a draft's hunks move (a ghost's one span does not).
+        pane.show_overlay(text, spans, pieces, same_run=False)
+        pane.set_class(True, "-previewing")
+
+    def _hide(self) -> None:
+        pane = self.pane
+        pane.preview.gutter_arrows = (False, False)
+        if pane.notice.startswith(NOTICE):
+            pane.notice = ""
+            pane.announce()
+        if pane.phase == "idle" and not pane.ghost.active:
+            pane.set_class(False, "-previewing")
+            pane.editor.yield_tab = False
