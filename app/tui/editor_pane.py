@@ -17,8 +17,7 @@ from textual.containers import Container
 from textual.message import Message
 from textual.reactive import reactive
 
-from ...core.spans import Span
-from . import constraint_actions, file_actions, next_edit_actions, search_actions, syntax_actions
+from . import constraint_actions, file_actions, next_edit_actions, run_actions, search_actions, syntax_actions
 from .bindings import PANE_BINDINGS
 from .buffer_file import BufferFile
 from .edit_preview import IDLE, PREVIEW, RUNNING, EditPreview
@@ -28,7 +27,6 @@ from .next_edit_overlay import NextEditor
 from .messages import EditCancelled, EditFailed, EditFinished, EditProgress
 from .preview import Piece
 from .preview_view import PreviewView
-from .prompt_screen import PromptScreen
 from .run_state import RunBoard
 from .session import Session
 from .status_bar import StatusBar
@@ -160,28 +158,10 @@ class EditorPane(Container):
     # -- commands on this buffer (bound above; the palette runs them too) ---------------
 
     def action_infill(self) -> None:
-        if self._ready("infill"):
-            start, end = self.editor.selected_offsets()
-            budget = self.session.config.editing.infill_tokens if start == end else None  # a selection sizes its own slots
-            self.edits.start([Span(start, end, "infill", max_tokens=budget)])
+        run_actions.infill(self)
 
     def action_rewrite(self) -> None:
-        start, end = self.editor.selected_offsets()
-        if start == end:
-            self.notify("select the text to rewrite first", severity="warning", timeout=3)
-            return
-        if not self._ready("rewrite"):
-            return
-        strength = self.session.strength
-        if not self.session.backend.describe().instruct:
-            self.edits.start([Span(start, end, "rewrite", strength=strength)])
-            return
-
-        def with_instruction(answer: str | None) -> None:
-            if answer is not None:
-                self.edits.start([Span(start, end, "rewrite", strength=strength, instruction=answer.strip() or None)])
-
-        self.app.push_screen(PromptScreen("Rewrite instruction (empty: none):", placeholder="e.g. make it iterative"), with_instruction)
+        run_actions.rewrite(self)
 
     def action_infill_pattern(self) -> None:
         constraint_actions.infill_pattern(self)
@@ -190,37 +170,17 @@ class EditorPane(Container):
         constraint_actions.rewrite_keeping(self)
 
     def action_mark_region(self) -> None:
-        editor = self.editor
-        why_not = editor.add_mark(*editor.selected_offsets())
-        if why_not:
-            self.notify(why_not, severity="warning", timeout=3)
-            return
-        editor.move_cursor(editor.selection.end)  # drop the selection so the mark's colour shows
-        self.announce()
+        run_actions.mark_region(self)
 
     def action_clear_marks(self) -> None:
         self.editor.clear_marks()
         self.announce()
 
     def action_fill_marked(self) -> None:
-        if not self.editor.marks:
-            self.notify(f"mark regions first ({self.app.keys_for('mark-region')} adds the selection)", severity="warning", timeout=3)
-        elif self._ready("fill_marked"):
-            self.edits.start([Span(s, e, "infill") for s, e in self.editor.marks])
+        run_actions.fill_marked(self)
 
     def action_fill_body(self) -> None:
-        span = syntax_actions.body_at_cursor(self)
-        if span is None or not self._ready("fill_body"):
-            return
-        start, end = span
-        before = self.editor.selection
-        self.selection_stack.clear()
-        self.editor.select_offsets(start, end)  # shows what is masked once the preview closes
-        budget = self.session.config.editing.infill_tokens if start == end else None
-        self.edits.start([Span(start, end, "infill", max_tokens=budget)])
-        # The body's selection is the command's, not the person's: a reject or cancel puts the
-        # cursor back where it was (inside the function, so a second Fill body finds it again).
-        self.edits.selection_before_run = before
+        run_actions.fill_body(self)
 
     def action_expand_selection(self) -> None:
         syntax_actions.expand_selection(self)
