@@ -28,7 +28,7 @@ import torch
 from ..canvas import Canvas
 from ..constraints.steering import Steering
 from ..models.denoiser import BlockRule
-from ..models.model import Attend, block_causal_mask
+from ..models.kv_cache import Attend, block_causal_mask
 from ..settings import Sampling
 from .frame import Frame, finished_rows, slot_states
 
