@@ -21,7 +21,7 @@ from textual.theme import BUILTIN_THEMES, Theme
 from textual.widgets import Footer, TabbedContent, TabPane, TextArea
 
 from ...core.errors import SharpenError, UsageError
-from ...core.syntax import telltale_language
+from ...core.languages import telltale_language
 from ..config import Config
 from . import file_actions
 from .bindings import ALL_BINDINGS, APP_BINDINGS as BINDINGS, bound_keys, keymap_problems  # noqa: F401 (ALL_BINDINGS: tests read it here)
