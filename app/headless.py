@@ -9,8 +9,6 @@ the SPEC and the options have been checked, so bad input fails fast.
 """
 from __future__ import annotations
 
-import difflib
-import json
 import logging
 import os
 import signal
@@ -27,8 +25,8 @@ from ..core.files import MAX_FILE_BYTES, NotRegularFile, TextFile, check_writabl
 from ..core.request import EditRequest
 from ..core.spans import Span
 from .config import Config
-from .specs import LineIndex, format_range, parse_edit_list, parse_spec
-from .syntax_specs import colour_diff
+from .headless_output import print_result
+from .specs import parse_edit_list, parse_spec
 
 MAX_EDIT_LIST_BYTES = 16 * 2**20
 # Held during the write; SIGHUP too (a closed terminal), which would otherwise kill us mid-rename.
@@ -355,74 +353,4 @@ def write_result(job: HeadlessJob, source: TextFile, done, seconds: float) -> No
             # Refused (exit 3) if another program changed the file while the model ran.
             save_text_file(source, new_text, before_commit=check)
         return
-    if sys.stdout is None:
-        raise InputError("cannot write the result: standard output is closed")
-    if job.output == "diff":
-        name = display_name(source.path) if source.path else "<stdin>"
-        # git's a/ b/ prefixes, except before an absolute path (no "a//tmp/f.py").
-        old_label, new_label = (name, name) if name.startswith("/") else (f"a/{name}", f"b/{name}")
-        diff = difflib.unified_diff(source.text.splitlines(keepends=True), new_text.splitlines(keepends=True), old_label, new_label)
-        _write_stdout(colour_diff("".join(_terminated(diff)), sys.stdout).encode("utf-8", "surrogateescape"))  # colour on a terminal only
-    elif job.output == "json":
-        _write_stdout((json.dumps(json_report(done, source, seconds), ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
-    else:
-        _write_stdout(source.encode(new_text))
-
-
-def json_report(done, source: TextFile, seconds: float) -> dict:
-    """--json: the run's shared JSON form (core.run.Done.to_json, what the server sends too)
-    plus what only a file has: its name, line:column ranges, the whole new text."""
-    shared = done.to_json()
-    index = LineIndex.of(source.text)
-    denoise = shared["denoise_seconds"]
-    return {
-        "file": display_name(source.path) if source.path else "-",
-        "model": shared["model"],
-        "steps": shared["steps"],
-        "tokens": shared["tokens"],
-        "prompt_tokens": shared["prompt_tokens"],  # the text around the spans the model read (what fit its canvas)
-        "context_cut": shared["context_cut"],  # some text around the spans did not fit the canvas
-        "seconds": round(seconds, 4),
-        "denoise_seconds": denoise,
-        "tokens_per_second": shared["tokens_per_second"],
-        # How the canvas starts: "mask" (masked diffusion) or "random" (DiffusionGemma: noise
-        # re-drawn every step). sharp_per_step[k]: slots sharp after step k (0: the start).
-        "noise": shared["noise"],
-        "sharp_per_step": shared["sharp_per_step"],
-        "settings": shared["settings"],  # what the loop ran with: steps, block size, thresholds (per kind)
-        "spans": [
-            {"range": format_range(index, s["start"], s["end"]), "mode": s["mode"], "text": s["text"], "steps": shared["steps"],
-             "tokens": s["tokens"], "seconds": denoise, "alternatives": s["alternatives"],
-             **{k: s[k] for k in ("commits", "edits") if k in s}}  # a loop that edits its own tokens (LLaDA2.1)
-            for s in shared["spans"]
-        ],
-        "text": done.result.changes().apply(source.text),
-    }
-
-
-def display_name(path) -> str:
-    """A path as valid UTF-8 text: bytes that are not UTF-8 (Linux allows any) show as \\xNN."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
-
-
-def _write_stdout(data: bytes) -> None:
-    """The result to stdout; a closed or full stdout is an I/O error (exit 3), not a crash."""
-    if sys.stdout is None:
-        raise InputError("cannot write the result: standard output is closed")
-    try:
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:
-        raise InputError(f"cannot write the result to standard output ({exc.strerror or exc})") from None
-
-
-def _terminated(lines):
-    # A diff line without a newline (last line of a file) gets the standard marker.
-    for line in lines:
-        if line.endswith("\n"):
-            yield line
-        else:
-            yield line + "\n\\ No newline at end of file\n"
+    print_result(job.output, source, done, new_text, seconds)

@@ -99,7 +99,7 @@ def weight_bytes(model) -> tuple[int, int]:
 def _time_passes(den, cfg, args) -> tuple[float, float]:
     """(open-block step, block write) seconds: the open block against a read-only cache of the
     prompt, and the pass that writes it."""
-    from sharpen.core.models.model import Attend
+    from sharpen.core.models.kv_cache import Attend
 
     device = den.device
     total = args.context + args.block

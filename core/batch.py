@@ -38,7 +38,8 @@ import torch
 
 from .models.denoiser import OUT_OF_MEMORY, Denoiser, check_finite
 from .errors import ModelError
-from .models.model import FULL, Attend, KVCache, Transformer
+from .models.kv_cache import FULL, Attend, KVCache
+from .models.model import Transformer
 
 log = logging.getLogger(__name__)
 

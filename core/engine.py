@@ -28,7 +28,7 @@ from .length import AdaptiveLength, filled_up, next_budgets, start_budget
 from .newlines import drop_undecodable, match_newlines, newline_style
 from .result import EditResult, SpanResult  # noqa: F401 (the engine's result types: imported from here too)
 from .loops import Frame, LoopRules, kind_of
-from .loops.masked import refuse_unguided
+from .loops.guidance import refuse_unguided
 from .request import EditRequest
 from .settings import LENGTHS, Editing, Sampling
 from .spans import Span

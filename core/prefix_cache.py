@@ -30,7 +30,7 @@ from typing import Iterator
 
 import torch
 
-from .models.model import Attend, block_causal_mask
+from .models.kv_cache import Attend, block_causal_mask
 
 log = logging.getLogger(__name__)
 

@@ -249,7 +249,7 @@ class Sampling(Request):
     # Alternatives are one batch: more would only run out of memory.
     samples: int = setting(1, "alternatives denoised together (best first)", low=1, high=64, metavar="N")
     # LLaDA's reference generate (cfg_scale): a second, unconditional pass with the prompt masked,
-    # logits = un + (S + 1) * (cond - un). Families whose reference has no such knob refuse it (core/loops/masked.py).
+    # logits = un + (S + 1) * (cond - un). Families whose reference has no such knob refuse it (core/loops/guidance.py).
     cfg_scale: float = setting(0.0, "classifier-free guidance as LLaDA's reference generate does it (0: off; each step then runs the model twice); LLaDA only", low=0.0, high=math.inf, high_open=True, metavar="S")
     # LLaDA2.1's default is its quality mode; speed commits and edits more per step.
     editing: str = setting("quality", "models that edit their own tokens (LLaDA2.1): quality (0.7 / 0.5), speed (0.5 / 0.0), or off", choices=EDITING)

@@ -15,7 +15,8 @@ from sharpen.core.models.denoiser import ModelSpec
 from sharpen.core.errors import ModelError
 from sharpen.core.loops import LOOP_PROTOCOLS, LOOPS, SLOT_STATES, run_loop
 from sharpen.core.loops.frame import EDITED, MASKED, SHARP, Frame
-from sharpen.core.models.model import Attend, ModelConfig, Transformer, block_causal_mask
+from sharpen.core.models.kv_cache import Attend, block_causal_mask
+from sharpen.core.models.model import ModelConfig, Transformer
 
 
 @pytest.fixture(scope="module")

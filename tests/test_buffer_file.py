@@ -35,7 +35,7 @@ def test_highlighting_and_syntax_commands_share_one_language_detection(tmp_path)
     """The highlighter used to go by suffix alone and Fill body by pygments + content: a script
     without a suffix was plain text to one and Python to the other."""
     from sharpen.app.tui.buffer_file import language_for
-    from sharpen.core.syntax import detect_language
+    from sharpen.core.languages import detect_language
 
     script = tmp_path / "deploy"
     text = "#!/usr/bin/env python3\nimport os\n\ndef main():\n    return 0\n"

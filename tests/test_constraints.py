@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from sharpen.core.canvas import Canvas
 from sharpen.core.constraints import Constraint, ConstraintError
-from sharpen.core.constraints.automaton import constraint_dfa, regex_dfa, token_automaton, words_dfa
+from sharpen.core.constraints.automaton import constraint_dfa, regex_dfa, words_dfa
+from sharpen.core.constraints.tokens import token_automaton
 from sharpen.core.constraints.requests import request_constraint
 from sharpen.core.constraints.steering import Steering
 from sharpen.core.errors import UsageError

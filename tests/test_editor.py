@@ -231,7 +231,7 @@ async def test_keymap_from_config_rebinds_by_id(example, tiny_denoiser):
 async def test_model_loads_in_the_background(example, tiny_model_dir, monkeypatch):
     import threading
 
-    from sharpen.app.tui import editor_app, model_runner
+    from sharpen.app.tui import model_link, model_runner
 
     gate = threading.Event()
 
@@ -239,7 +239,7 @@ async def test_model_loads_in_the_background(example, tiny_model_dir, monkeypatc
         gate.wait(30)
         model_runner.load_model(request, post)
 
-    monkeypatch.setattr(editor_app, "load_model", slow_load)
+    monkeypatch.setattr(model_link, "load_model", slow_load)
     app = SharpenApp([example], Config.of(model=str(tiny_model_dir), device="cpu"), load_themes(None))
     async with app.run_test(size=SIZE) as pilot:
         assert app.status.model == "loading model…" and app.backend is None

@@ -18,7 +18,7 @@ from moe_checkpoints import write_llada2
 from sharpen.core.models.derived import Derived, DerivedShards, derive_tensors, derived_shapes
 from sharpen.core.errors import ModelError
 from sharpen.core.models.loading import load_denoiser
-from sharpen.core.models.model import Attend, block_causal_mask
+from sharpen.core.models.kv_cache import Attend, block_causal_mask
 from sharpen.core.models.moe import MoEFeedForward, MoESpec, route, run_experts
 from sharpen.core.models.shards import Shards
 

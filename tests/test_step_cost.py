@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import step_cost  # bench/step_cost.py (pytest's pythonpath)
-from sharpen.core.models.model import FLOAT16_LIMIT, Block, ModelConfig, apply_rotary, rotary_table
+from sharpen.core.models.model import FLOAT16_LIMIT, Block, ModelConfig
+from sharpen.core.models.rotary import apply_rotary, rotary_table
 
 # Issue 28 counted 33.5 launches per layer of a cached bfloat16 step (RMSNorm 8, RoPE 6).
 BF16_BOUND = 33.5 / 2

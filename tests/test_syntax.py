@@ -17,8 +17,8 @@ from sharpen.core.engine import apply_edit
 from sharpen.core.length import AdaptiveLength, filled_up, next_budgets, start_budget
 from sharpen.core.settings import Sampling
 from sharpen.core.spans import Span
-from sharpen.core.syntax import (PLAIN, Offsets, body_range, detect_language, enclosing, error_count, expand,
-                                 parse_document, shrink)
+from sharpen.core.languages import PLAIN, detect_language
+from sharpen.core.syntax import Offsets, body_range, enclosing, error_count, expand, parse_document, shrink
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -393,13 +393,13 @@ def test_prose_fill_body_is_the_paragraph():
 
 
 def test_the_common_extensions_are_what_pygments_says():
-    """core.syntax answers the commonest extensions itself (pygments' file-name lookup costs
+    """core.languages answers the commonest extensions itself (pygments' file-name lookup costs
     0.2 s on first use); each answer is the one pygments' table gives."""
     from pygments.lexers import get_lexer_for_filename
 
-    from sharpen.core import syntax
+    from sharpen.core import languages
 
-    for suffix, name in syntax.COMMON_EXTENSIONS.items():
+    for suffix, name in languages.COMMON_EXTENSIONS.items():
         lexer = get_lexer_for_filename(f"file{suffix}")
-        expected = next((syntax._ALIASES[a] for a in lexer.aliases if a in syntax._ALIASES), syntax.PLAIN)
+        expected = next((languages._ALIASES[a] for a in lexer.aliases if a in languages._ALIASES), languages.PLAIN)
         assert name == expected, suffix

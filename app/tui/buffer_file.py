@@ -14,11 +14,11 @@ from pathlib import Path
 from ...core.errors import InputError
 from ...core.files import TextFile, check_writable, disk_change, read_text_file, save_text_file
 from ...core.newlines import newline_style
-from ...core.syntax import detect_language
+from ...core.languages import detect_language
 from .document import line_break, split_lines
 
 def language_for(path: Path | None, text: str, available: set[str]) -> str | None:
-    """The highlighting language: core.syntax's one detection (the file name through pygments,
+    """The highlighting language: core.languages' one detection (the file name through pygments,
     else the content), when the editor has that grammar; None (plain text) otherwise."""
     language = detect_language(str(path) if path is not None else None, text)
     return language if language in available else None

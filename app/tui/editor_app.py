@@ -11,7 +11,6 @@ import inspect
 import logging
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 from textual import actions, events
@@ -21,7 +20,7 @@ from textual.theme import BUILTIN_THEMES, Theme
 from textual.widgets import Footer, TabbedContent, TabPane, TextArea
 
 from ...core.errors import SharpenError, UsageError
-from ...core.syntax import telltale_language
+from ...core.languages import telltale_language
 from ..config import Config
 from . import file_actions
 from .bindings import ALL_BINDINGS, APP_BINDINGS as BINDINGS, bound_keys, keymap_problems  # noqa: F401 (ALL_BINDINGS: tests read it here)
@@ -32,7 +31,7 @@ from .editor_pane import IDLE, EditorPane
 from .help_screen import HelpScreen
 from .key_order import KeyOrder
 from .messages import ModelFailed, ModelLoaded
-from .model_runner import load_model
+from .model_link import ModelLink
 from ..recovery import absolute
 from .recovery_actions import RecoveryKeeper
 from .session import Session
@@ -72,7 +71,7 @@ class SharpenApp(App):
         self._buffer_ids = 0
         self._footer_phase = IDLE
         self.config_path = config_path  # None: the default place (see app.config.default_config_path)
-        self.reconnect = None  # with --backend: (its RemoteBackend, app.remote.Backoff), kept across tries
+        self.model_link = ModelLink(self)  # loading the model, its status, a --backend's reconnect
         if config.keymap:
             self.set_keymap(config.keymap)
 
@@ -207,16 +206,7 @@ class SharpenApp(App):
     # -- the model ----------------------------------------------------------------------
 
     def start_model_loading(self) -> None:
-        if self.session.model_error is None:  # a retry keeps saying why it retries
-            self.status.model = "loading model…"
-        remote = {}
-        if self.config.remote.backend:  # --backend URL: every model command runs on that server
-            from ..remote import Backoff, RemoteBackend
-
-            if self.reconnect is None:
-                self.reconnect = (RemoteBackend.from_config(self.config.remote), Backoff(most=10.0))
-            remote["backend"] = self.reconnect[0]
-        self.run_worker(partial(load_model, self.config.model, self.post_message, **remote), thread=True, group="model", exit_on_error=False)
+        self.model_link.start()
 
     @property
     def backend(self):
@@ -226,31 +216,12 @@ class SharpenApp(App):
     def model_error(self) -> str | None:
         return self.session.model_error
 
+    # Textual dispatches these by name on the App; what they do is model_link.py's.
     def on_model_loaded(self, message: ModelLoaded) -> None:
-        came_back = self.session.model_error is not None  # a server that was not reachable before
-        self.session.backend, self.session.model_error = message.backend, None
-        if self.session.queued is not None:  # a model command asked for while it loaded
-            pane, action = self.session.queued
-            self.session.queued = None
-            if pane.is_mounted:
-                self.call_later(getattr(pane, f"action_{action}"))
-        info = message.backend.describe()
-        self.status.model, self.status.model_failed, self.status.device = info.name, False, message.device
-        if not info.drafts:  # a plain completions server: no steps to draw, the text arrives whole
-            self.status.model = f"{info.name} (no drafts)"
-            self.notify("this server sends no drafts: each result arrives whole", title=info.name, timeout=6)
-        if came_back:
-            self.notify(f"{info.name} answers again: model commands work", title="Server reachable", timeout=6)
+        self.model_link.loaded(message)
 
     def on_model_failed(self, message: ModelFailed) -> None:
-        first = self.session.model_error is None
-        self.session.model_error = message.error
-        self.status.model, self.status.model_failed, self.status.device = "model unavailable", True, ""
-        if self.reconnect is not None:  # a server may come up later: try again, less and less often
-            self.status.model = "server unavailable (retrying)"
-            self.set_timer(self.reconnect[1].failed(), self.start_model_loading)
-        if first:
-            self.notify(message.error, title="Model unavailable; editing still works", severity="error", timeout=10)
+        self.model_link.failed(message)
 
     def action_help(self) -> None:
         rows = [(self.keys_for(c.binding_id) if c.binding_id else key_label(c.fixed_keys), c.title, c.binding_id or "") for c in PALETTE]

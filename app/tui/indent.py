@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from ...core.syntax import PROSE
+from ...core.languages import PROSE
 
 OPENS = ("(", "[", "{")
 PAIRS = {"(": ")", "[": "]", "{": "}"}

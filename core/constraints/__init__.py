@@ -1,8 +1,8 @@
 """Controllable generation: constraints on a span's text, kept exactly at every denoising step.
 
 - spec.py: `Constraint`, the value (regex, JSON schema, grammar, required and forbidden words).
-- automaton.py: a constraint's byte-level DFA (interegular for patterns) lifted once per
-  (tokenizer, constraint) to a token automaton, cached.
+- automaton.py: a constraint's byte-level DFA (interegular for patterns, Aho-Corasick for words).
+- tokens.py: that DFA lifted once per (tokenizer, constraint) to a token automaton, cached.
 - steering.py: `Steering`, the per-step hook the loops call: which tokens each masked slot may take
   so its span stays completable (forward and backward state sets over the canvas), and the
   settling of a step's commits that clash.

@@ -5,7 +5,7 @@
     logits = steer.constrain(logits, x, positions)                # before a step commits: [B, P, V]
     proposal, p_token = steer.settle(x, positions, proposal, commit, p_token, logits)
 
-A span's slots are a word over the constraint's token automaton (automaton.py), where a masked
+A span's slots are a word over the constraint's token automaton (tokens.py), where a masked
 slot may still be any token. Slots fill in any order, so for slot i the question is whether some
 path runs start -> accept (or END, the pads' state) through every slot: the forward state sets
 F_i (reachable from the start over slots 0..i-1) and the backward sets B_i (states from which slots
@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .automaton import DEAD, TokenAutomaton, token_automaton
+from .automaton import DEAD
+from .tokens import TokenAutomaton, token_automaton
 from .errors import ConstraintError
 
 log = logging.getLogger(__name__)

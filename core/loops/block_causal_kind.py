@@ -25,7 +25,7 @@ from ..canvas import Canvas
 from ..errors import UsageError
 from ..instruct import uses_chat
 from ..models.denoiser import BlockRule, ModelSpec
-from ..models.model import Attend, KVCache
+from ..models.kv_cache import Attend, KVCache
 from ..prompted import prompt_canvas, prompt_form
 from ..request import EditRequest
 from ..settings import Sampling

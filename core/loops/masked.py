@@ -31,7 +31,6 @@ same seed gives the same result on every path and a captured graph may hold the 
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
@@ -42,11 +41,12 @@ from ...kernels import step as kernels
 from ...kernels.reference import row_keys, seed_key
 from ..canvas import Canvas
 from ..constraints.steering import Steering
-from ..models.denoiser import DenoiserLike, ModelSpec
-from ..models.families import has_guidance
+from ..models.denoiser import DenoiserLike
 from ..errors import UsageError
 from ..settings import CPU_BLOCK_SIZE, MASKED_THRESHOLD, Sampling, default_block_size
 from .frame import Frame, slot_states
+from .guidance import Guided, refuse_unguided
+from .spans import index_in, pad_after_end, pad_past_expected_length, renoise_rewrites
 
 REWRITE_ORDERS = ("confidence", "random")
 READS = ("auto", "every-step", "planned")
@@ -151,7 +151,7 @@ def denoise(
         return Frame(step, total, time.perf_counter() - started, done, "masked", x[0].clone(), confidence[0].clone(),
                      guesses[0].clone(), slot_states(x[0], mask_id), canvas.slots, final, scores, final_conf)
 
-    _renoise_rewrites(denoiser, canvas, rules, x, confidence, generator)
+    renoise_rewrites(denoiser, canvas, rules.rewrite_order, x, confidence, generator)
     # Constrained spans (core/constraints): checked before the first step (ConstraintError when no
     # text of the span's length can match), then every step's logits and commits go through it.
     steer = Steering.for_canvas(denoiser, canvas, B)
@@ -174,7 +174,7 @@ def denoise(
             # whole-canvas pass (about a fifth of an embedded-model infill's CPU time).
             cache = denoiser.new_cache(B, T)
             previous_host = [p for r in infill_slots for p in r]
-        first_logits = _pad_past_expected_length(denoiser, x, slot_positions, infill_slots, end_ids, mask_id, denoised, banned, cache, steer)
+        first_logits = pad_past_expected_length(denoiser, x, slot_positions, infill_slots, end_ids, mask_id, denoised, banned, cache, steer)
         if steer is not None:  # a trim the constraint cannot live with gives the span its slots back
             steer.prepare(x)
             denoised |= x == mask_id
@@ -230,7 +230,7 @@ def denoise(
                     cache = denoiser.new_cache(B, T)
                     all_logits = denoiser.logits(x, want=slot_positions, cache=cache)  # [B, N, V]
                     _update_guesses(all_logits, x, slot_positions, guesses, confidence, mask_id)
-                    logits = all_logits[:, _index_in(slot_positions, block)]  # [B, P, V]
+                    logits = all_logits[:, index_in(slot_positions, block)]  # [B, P, V]
 
                 if steer is not None:  # constrained slots: only tokens that keep their span completable
                     logits = steer.constrain(logits, x, block_host)
@@ -253,42 +253,13 @@ def denoise(
                 block_conf = confidence[:, block]
                 confidence[:, block] = torch.where(commit | (still & active), p_token, block_conf)
                 if rules.pad_ends_span and end_ids.numel():
-                    _pad_after_end(x, infill_slots, end_ids, mask_id, denoised, guesses)
+                    pad_after_end(x, infill_slots, end_ids, mask_id, denoised, guesses)
                 if finished is not None:
                     finished.note(x[:, block] == mask_id)
             step += 1
             yield frame(step, total)
         previous_host = block_host
     yield frame(step, total, done=True)
-
-
-def refuse_unguided(spec: ModelSpec, settings: Sampling) -> None:
-    """--cfg-scale on a model whose reference generate has no classifier-free guidance: one line, exit 2."""
-    if settings.cfg_scale > 0 and not has_guidance(spec.family):
-        raise UsageError(f"--cfg-scale is classifier-free guidance as LLaDA's reference generate does it; "
-                         f"{spec.family} models' reference has none (drop --cfg-scale)")
-
-
-class Guided:
-    """Classifier-free guidance around a denoiser, as LLaDA's generate does it at cfg_scale > 0:
-    each pass also runs the unconditional canvas (every prompt position masked) as the second
-    half of one batch, and the logits are un + (scale + 1) * (cond - un). A KV cache holds both
-    halves (2B rows). Everything else is the wrapped denoiser's."""
-
-    def __init__(self, denoiser, prompt: torch.Tensor, scale: float) -> None:
-        self._inner, self._prompt, self._scale = denoiser, prompt, scale  # prompt: [B, T] bool
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
-
-    def new_cache(self, batch: int, length: int):
-        return self._inner.new_cache(2 * batch, length)
-
-    def logits(self, x: torch.Tensor, want: torch.Tensor | None = None, run: torch.Tensor | None = None, cache=None) -> torch.Tensor:
-        unconditional = x.masked_fill(self._prompt, self._inner.spec.mask_id)  # [B, T]
-        both = self._inner.logits(torch.cat([x, unconditional]), want=want, run=run, cache=cache)  # [2B, W, V]
-        cond, uncond = both.chunk(2)  # [B, W, V] each
-        return uncond + (self._scale + 1) * (cond - uncond)
 
 
 def _parameters(denoiser) -> int:
@@ -396,61 +367,6 @@ def _runs(denoiser, settings: Sampling, block: list[int], previous: list[int] | 
     return as_tensor(step), (as_tensor(refresh) if refresh is not None else None)
 
 
-def _pad_after_end(x, spans: list[range], end_ids, mask_id: int, denoised, guesses) -> None:
-    """Trained infills are content then pad: once a slot holds pad/eos, the masked slots
-    after it in that span can only be pad. Committing them at once saves steps and keeps
-    a confident early pad from leaving holes (in place; filled slots are not scored)."""
-    pad = end_ids[0]
-    for r in spans:
-        region = x[:, r.start:r.stop]  # [B, S]
-        ended = torch.isin(region, end_ids).cumsum(1) > 0  # at or after the first pad
-        fill = ended & (region == mask_id)
-        x[:, r.start:r.stop] = torch.where(fill, pad, region)
-        guesses[:, r.start:r.stop] = torch.where(fill, pad, guesses[:, r.start:r.stop])
-        denoised[:, r.start:r.stop] &= ~fill
-
-
-def _pad_past_expected_length(denoiser, x, slot_positions, spans: list[range], end_ids, mask_id: int, denoised, banned,
-                              cache=None, steer: Steering | None = None) -> torch.Tensor | None:
-    """Decide each infill span's length from one pass over the fully masked canvas (in place).
-
-    The model was trained on slots holding the span and then pad, so at slot i it predicts
-    P(pad) = P(span shorter than i). The expected span length is then the sum over slots
-    of 1 - P(pad/eos); the slots past it are padded before any content is written. Without
-    this a weak model, whose pad proposals are deferred (the EOS trap), fills every slot it
-    is given. A span whose slots are all content (pad banned there) is left as it is.
-
-    With a `cache` the pass writes the canvas's keys/values into it and scores every slot
-    (`slot_positions`): those logits [B, N, V] are returned for the slots' first guesses.
-    """
-    positions = torch.tensor([p for r in spans for p in r], dtype=torch.long, device=x.device)
-    if cache is None:
-        all_logits, logits = None, denoiser.logits(x, want=positions)  # [B, n, V]
-    else:
-        all_logits = denoiser.logits(x, want=slot_positions, cache=cache)  # [B, N, V]
-        logits = all_logits[:, _index_in(slot_positions, positions)]  # [B, n, V]
-    logits = logits.index_fill(-1, banned, float("-inf"))
-    if steer is not None:  # a constrained span's pad chance counts only where a match may end
-        logits = steer.constrain(logits, x, positions)
-    p_end = logits.softmax(-1)[..., end_ids].sum(-1)  # [B, n]
-    pad, offset = end_ids[0], 0
-    for r in spans:
-        p = p_end[:, offset:offset + len(r)]  # [B, S]
-        offset += len(r)
-        # Expected content slots, rounded; at least one, as in training, where no span is empty
-        # (a weak model's pad mass would otherwise empty a span the user asked to fill).
-        length = (1 - p).sum(1).add(0.5).floor().clamp_min(1)  # [B]
-        past = torch.arange(len(r), device=x.device)[None] >= length[:, None]  # [B, S]
-        fill = past & (x[:, r.start:r.stop] == mask_id)
-        x[:, r.start:r.stop] = torch.where(fill, pad, x[:, r.start:r.stop])
-        denoised[:, r.start:r.stop] &= ~fill
-    return all_logits
-
-
-def _index_in(sorted_positions: torch.Tensor, subset: torch.Tensor) -> torch.Tensor:
-    return torch.searchsorted(sorted_positions, subset)
-
-
 def _update_guesses(logits, x, positions, guesses, confidence, mask_id) -> None:
     """Refresh the preview of every still-masked slot from a full pass (in place)."""
     probs = logits.softmax(-1)  # [B, N, V]
@@ -458,20 +374,3 @@ def _update_guesses(logits, x, positions, guesses, confidence, mask_id) -> None:
     masked = x[:, positions] == mask_id
     guesses[:, positions] = torch.where(masked, best, x[:, positions])
     confidence[:, positions] = torch.where(masked, p, confidence[:, positions])
-
-
-def _renoise_rewrites(denoiser: DenoiserLike, canvas: Canvas, rules: LoopRules, x: torch.Tensor, confidence: torch.Tensor, generator) -> None:
-    """Re-mask a share of each rewrite span's own tokens, least confident first (in place on x)."""
-    rewrites = [(span, r) for span, r in zip(canvas.spans, canvas.slots) if span.mode == "rewrite" and len(r)]
-    if not rewrites:
-        return
-    if rules.rewrite_order == "confidence":
-        p_now = denoiser.logits(x).softmax(-1).gather(-1, x[..., None]).squeeze(-1)  # [B, T]
-        confidence.copy_(p_now)  # the kept tokens show how sure the model was of them
-    else:
-        p_now = torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float64).float()
-        confidence.fill_(1.0)
-    for span, r in rewrites:
-        n = math.ceil(span.strength * len(r))  # strength 0 re-masks nothing: the draft comes back
-        weakest = p_now[:, r.start:r.stop].argsort(dim=1, stable=True)[:, :n] + r.start  # [B, n]
-        x.scatter_(1, weakest, denoiser.spec.mask_id)

@@ -33,7 +33,7 @@ class MaskedKind:
     noise = "mask"
 
     def reads(self, denoiser, sampling: Sampling) -> frozenset[str]:
-        # classifier-free guidance where the family's reference has it (LLaDA: core/loops/masked.py Guided)
+        # classifier-free guidance where the family's reference has it (LLaDA: core/loops/guidance.py Guided)
         return READS | ({"cfg_scale"} if has_guidance(denoiser.spec.family) else frozenset())
 
     def settings(self, denoiser, request: EditRequest) -> Sampling:

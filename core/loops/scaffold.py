@@ -29,7 +29,7 @@ from .. import prefix_cache
 from ..canvas import Canvas
 from ..constraints.steering import Steering
 from ..models.denoiser import BlockRule
-from ..models.model import Attend
+from ..models.kv_cache import Attend
 from ..settings import Sampling
 from .frame import Frame, finished_rows, slot_states
 

@@ -23,7 +23,8 @@ from typing import Callable
 
 import torch
 
-from .model import FULL, Attend, KVCache, Transformer
+from .kv_cache import FULL, Attend, KVCache
+from .model import Transformer
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ import torch
 from .compiled import CompiledSampler, CompiledStep
 from ..errors import ModelError
 from ..newlines import CONTROL_CHARACTERS
-from .model import FULL, Attend, KVCache, Transformer
+from .kv_cache import FULL, Attend, KVCache
+from .model import Transformer
 from ..settings import PROMPT_FORMS, default_block_size
 from ..tokenizer import Tokenizer
 
@@ -207,7 +208,7 @@ class Denoiser:
         where the backbone's row p-1 predicts position p, the positions before it). Without
         `run` the whole canvas is computed, and written into `cache` when one is given. Only
         the wanted rows are projected to the vocabulary, which is most of the cost for large
-        vocabularies. `attend` is the backbone's attention policy (core/models/model.py Attend): the
+        vocabularies. `attend` is the backbone's attention policy (core/models/kv_cache.py Attend): the
         block-causal loop passes its masks and read-only cache through it.
         """
         T = x.shape[1]

@@ -16,7 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .kv_cache import FULL, Attend, KVCache
 from .moe import MoEFeedForward, MoESpec
+from .rotary import apply_rotary, rotary_table
 
 
 @dataclass
@@ -128,81 +130,6 @@ class RMSNorm(nn.Module):
         # eager bfloat16 norm was eight launches (upcast, square, mean, add, rsqrt, multiply,
         # round, scale).
         return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-
-
-def rotary_table(head_dim: int, max_len: int, theta: float, device=None) -> torch.Tensor:
-    """Each position's rotation as a [L, 2, 2, D/2] float32 table: entry [p, i, j] multiplies
-    half i of a head (first or second) into half j of the result (see apply_rotary).
-
-    The rotate-half convention (transformers' Llama, Qwen2; LLaDA's) is
-    first' = first * cos - second * sin and second' = second * cos + first * sin.
-    """
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))  # [D/2]
-    angles = torch.outer(torch.arange(max_len, dtype=torch.float32, device=device), inv_freq)  # [L, D/2]
-    cos, sin = angles.cos(), angles.sin()
-    from_first = torch.stack([cos, sin], dim=1)  # [L, 2 (to first, to second), D/2]
-    from_second = torch.stack([-sin, cos], dim=1)
-    return torch.stack([from_first, from_second], dim=1)  # [L, 2 (from), 2 (to), D/2]
-
-
-def apply_rotary(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE in two kernels: a broadcast product of each half with its two table
-    entries, then the sum over the source half. x [B, H, S, D]; table [S, 2, 2, D/2] in x's
-    dtype (Transformer.rope) -> [B, H, S, D].
-
-    In bfloat16 each product is rounded and the pair summed in float32 and rounded once: the
-    same arithmetic as transformers' Llama/Qwen2 rotary in bfloat16 (cos and sin cast to the
-    model's dtype). The previous form, x * cos + roll(x) * signed_sin with float32 upcasts,
-    was six launches in bfloat16.
-    """
-    # Computed in [B, S, H, D] order, the projections' own layout (x is a transposed view of it):
-    # the result keeps that layout, so attention's output reshapes back without a copy.
-    halves = x.transpose(1, 2).unflatten(-1, (2, x.shape[-1] // 2)).unsqueeze(-2)  # [B, S, H, 2 (from), 1, D/2], a view
-    rotated = (halves * table[:, None]).sum(-3)  # [B, S, H, 2, 2, D/2] -> [B, S, H, 2 (to), D/2]
-    return rotated.flatten(-2).transpose(1, 2)  # [B, H, S, D]
-
-
-class KVCache:
-    """Keys and values of a whole canvas, per layer: [B, Hkv, T, D].
-
-    A forward pass over a chunk of positions writes that chunk's keys/values in and
-    attends over the full cache, so the fixed context is computed once and reused.
-    """
-
-    def __init__(self, n_layers: int, batch: int, n_kv_heads: int, length: int, head_dim: int, dtype, device) -> None:
-        shape = (batch, n_kv_heads, length, head_dim)
-        # One device for all layers, or (a model spread over devices) each layer's own.
-        devices = list(device) if isinstance(device, (list, tuple)) else [device] * n_layers
-        self.k = [torch.zeros(shape, dtype=dtype, device=d) for d in devices]
-        self.v = [torch.zeros(shape, dtype=dtype, device=d) for d in devices]
-        self.length = length
-
-
-@dataclass(frozen=True)
-class Attend:
-    """One pass's attention policy: which keys its positions see, and what it does to the cache.
-
-    Without a cache the keys are the pass's own positions; with one, `write=True` first writes
-    the chunk's keys/values at its positions and then attends over cache[:keys] (default: the
-    whole cache), while `write=False` leaves the cache untouched and attends over cache[:keys]
-    followed by the chunk's own keys/values (block diffusion's open block: finished blocks are
-    read-only). `mask` [S, K] (True: query may see key, over those K keys in that order) narrows
-    it further; None lets every query see every key.
-    """
-
-    mask: torch.Tensor | None = None
-    keys: int | None = None
-    write: bool = True
-
-
-FULL = Attend()  # bidirectional over everything: the masked-diffusion families
-
-
-def block_causal_mask(positions: torch.Tensor, keys: int, block: int) -> torch.Tensor:
-    """[S, keys] bool: query at canvas position p sees key k iff k's block is not after p's
-    (bidirectional inside a block, causal across blocks; blocks of `block` from position 0)."""
-    key_blocks = torch.arange(keys, device=positions.device) // block  # [K]
-    return key_blocks[None, :] <= (positions // block)[:, None]  # [S, K]
 
 
 class Attention(nn.Module):

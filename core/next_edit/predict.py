@@ -13,8 +13,8 @@ How a window is rewritten depends on the model (docs/next_edit.md):
   slots are the window's new text. One run per window.
 - masked-infill families (the embedded model, LLaDA / Dream base) get every window as a
   rewrite span of one canvas (core/engine.run_edit's rewrite path): the window's own tokens,
-  the share `strength` re-masked where the model is least sure of them (core/loops/masked.py,
-  `_renoise_rewrites`), then denoised with the text around as context. All windows denoise
+  the share `strength` re-masked where the model is least sure of them (core/loops/spans.py,
+  `renoise_rewrites`), then denoised with the text around as context. All windows denoise
   together, in the same steps. A self-editing loop (LLaDA2.1) starts from the same tokens and
   may also write over the kept ones.
 

@@ -90,5 +90,5 @@ LLADA = Family(
     weight_map=WEIGHT_MAP,
     shift_logits=False,
     special_ids=_special_ids,
-    guidance=True,  # generate.py's cfg_scale (core/loops/masked.py Guided)
+    guidance=True,  # generate.py's cfg_scale (core/loops/guidance.py Guided)
 )
