@@ -123,6 +123,8 @@ async def test_regex_on_completions_and_infill_matches_and_the_same_seed_without
     ({"response_format": {"type": "yaml"}}, "response_format.type 'yaml' is not supported (json_object, json_schema or text)"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format.json_schema.schema must be a JSON schema object"),
     ({"regex": 7}, "regex must be a string"),
+    ({"regex": "[0-9]{40}"}, "cannot be met: its shortest match takes 10 tokens and the span has 8 slots"),
+    ({"grammar": 'root ::= "a"'}, "cannot read the grammar"),  # llama.cpp's GBNF: not read here (a Lark grammar is)
 ])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 async def test_a_bad_constraint_is_a_one_line_400_before_any_stream(embedded, path, body, constraint, message, stream):
@@ -130,7 +132,7 @@ async def test_a_bad_constraint_is_a_one_line_400_before_any_stream(embedded, pa
         answer = await http.post(path, json={**body, **constraint, "stream": stream})
     assert answer.status_code == 400 and answer.headers["content-type"] == "application/json", answer.text
     text = answer.json()["error"]["message"]
-    assert text.startswith(message) and "\n" not in text, text
+    assert message in text and "\n" not in text, text
 
 
 async def test_the_openai_package_reads_a_bad_schema_as_a_bad_request(embedded):
