@@ -19,6 +19,11 @@ A masked-diffusion model fills the whole span at once, so:
 - truncated is llama.cpp's: the context did not all fit (here: the canvas held only part of the
   text around the cursor), so a client can say its context is too long; or n_predict was clamped.
 - n_indent ends the content at the first later line indented less (llama.cpp's rule).
+- A stream sends the text committed from the left less what may yet be taken back: an end of it
+  that begins a stop string (llama.cpp holds back a partial stop string the same way) and a last
+  line n_indent may yet cut (only blanks so far, fewer than n_indent columns).
+- regex, json_schema (llama.cpp's own field), ebnf / grammar (Lark, not llama.cpp's GBNF) and
+  OpenAI's response_format steer every step (common.constraint_of; docs/constraints.md).
 - input_extra goes before the prefix, as context a long enough canvas may reach.
 - cache_prompt, t_max_prompt_ms, samplers, id_slot are accepted and have no effect:
   sharpen keeps no prompt cache between requests (tokens_cached is 0) and its sampling

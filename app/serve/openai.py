@@ -14,9 +14,13 @@
   the whole current draft, which replaces the previous one. Without `diffusing` a stream carries
   the text committed from the left as it settles, in OpenAI's delta form.
 - OpenAI's `echo` (completions) and `stream_options.include_usage` are honoured; a field asking
-  for what these runs do not do (logprobs, penalties, logit bias, best_of, tools, a response
-  format) is a 400 naming it when it asks anything: clients often send the defaults, and those
-  pass.
+  for what these runs do not do (logprobs, penalties, logit bias, best_of, tools) is a 400 naming
+  it when it asks anything: clients often send the defaults, and those pass.
+- `response_format` (json_object, json_schema) and vLLM's / SGLang's `regex`, `json_schema`,
+  `ebnf` steer every denoising step (common.constraint_of; docs/constraints.md).
+- A stream without `diffusing` never sends the end of the committed text that may yet become a
+  stop string (common.sendable); `diffusing` drafts are whole drafts, each replaced by the next,
+  cut at a whole stop string only.
 """
 from __future__ import annotations
 

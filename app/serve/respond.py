@@ -132,12 +132,14 @@ async def respond(request: Request, server: Server, plan: Plan):
     early = []
     try:
         early.append(await events.__anext__())  # a refused run (bad request, busy model) is an error with its status
-        # A run refuses what it cannot do (a constraint its loop cannot steer, one no text of the
-        # span's length meets) before its first pass, but a loop may show its untouched canvas
-        # first (the block-causal kinds' step 0): a stream begins after that frame, so such a
-        # refusal is a status too, not a stream's last event.
-        while plan.stream and isinstance(early[-1], Progress) and early[-1].step == 0:
+        shape_first(shape, early[-1])
+        # A run refuses a constraint it cannot keep (its loop does not steer, no text of the span's
+        # length meets it) before its first pass, but a loop may show its untouched canvas first
+        # (the block-causal kinds' step 0): a constrained stream begins after that frame, so the
+        # refusal is a status too, not a stream's last event. Other streams begin at once.
+        while plan.stream and constrained(plan.edit) and isinstance(early[-1], Progress) and early[-1].step == 0:
             early.append(await events.__anext__())
+            shape_first(shape, early[-1])
     except SharpenError as exc:
         watcher.cancel()
         raise HTTPError(status_of(exc), str(exc), retry_after(exc)) from None
@@ -167,6 +169,10 @@ async def respond(request: Request, server: Server, plan: Plan):
     if own:
         return JSONResponse(shape.whole_cut(event))
     raise HTTPError(504, too_long(server))
+
+
+def constrained(edit) -> bool:
+    return any(getattr(span, "constraint", None) is not None for span in edit.spans)
 
 
 def shape_first(shape: Shape, event) -> None:
