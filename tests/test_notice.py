@@ -195,8 +195,6 @@ async def test_a_stop_string_cuts_the_answer_on_every_endpoint(tiny_denoiser):
         assert "".join(c["choices"][0]["text"] for c in chunks) == cut and chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
-@pytest.mark.xfail(strict=True, reason="a stream sends the part of a stop string that settled before the rest of it "
-                                       "(app/serve: llama.cpp holds back a partial match); reported to the lead")
 async def test_a_stop_string_split_across_steps_never_reaches_a_stream(tiny_denoiser):
     backend = scripted(tiny_denoiser, "x = 1", " #", " DO", "NE", "\n")
     async with _http(backend) as http:

@@ -94,7 +94,7 @@ async def test_a_completion_asking_what_runs_here_do_not_do_is_one_line_400(clie
     ("logprobs", True, "logprobs: sharpen returns no log probabilities"),
     ("top_logprobs", 3, "top_logprobs: sharpen returns no log probabilities"),
     ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}], "tools: sharpen calls no tools"),
-    ("response_format", {"type": "json_object"}, "response_format: sharpen answers plain text only (response_format type text)"),
+    ("response_format", {"type": "yaml"}, "response_format.type 'yaml' is not supported (json_object, json_schema or text)"),
 ])
 async def test_a_chat_asking_what_runs_here_do_not_do_is_one_line_400(client, field, value, message):
     with pytest.raises(openai.BadRequestError) as refused:

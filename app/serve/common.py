@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
+from ...core.constraints import Constraint
+from ...core.constraints.requests import request_constraint
 from ...core.errors import SharpenError, UsageError
 from ...core.request import EditRequest
 from ...core.settings import Editing, Sampling, SettingError
@@ -287,13 +289,27 @@ def token_budget(server: Server, body: dict, *names: str, default: int, endless:
     return min(default, server.max_tokens), False
 
 
-def point_request(server: Server, prefix: str, suffix: str, tokens: int, sampling: Sampling) -> EditRequest:
-    """An infill of up to `tokens` slots between `prefix` and `suffix`."""
+def point_request(server: Server, prefix: str, suffix: str, tokens: int, sampling: Sampling,
+                  constraint: Constraint | None = None) -> EditRequest:
+    """An infill of up to `tokens` slots between `prefix` and `suffix`; `constraint`: what its
+    text must be (steered at every step; a model whose loop cannot steer refuses it: a 400)."""
     text = prefix + suffix
     try:
-        return EditRequest(text, (Span(len(prefix), len(prefix), max_tokens=max(1, tokens)),), sampling, server.editing)
+        span = Span(len(prefix), len(prefix), max_tokens=max(1, tokens), constraint=constraint)
+        return EditRequest(text, (span,), sampling, server.editing)
     except SharpenError as exc:
         raise HTTPError(400, str(exc)) from None
+
+
+def constraint_of(body: dict) -> Constraint | None:
+    """The constraint a completion body asks (OpenAI's response_format json_object / json_schema,
+    vLLM's and SGLang's regex, json_schema, ebnf / grammar; core/constraints/requests.py), None
+    when none; a malformed one, or two at once, is a 400. A pattern that does not compile is the
+    run's refusal before its first step (a 400 too, before a stream begins)."""
+    try:
+        return request_constraint(body)
+    except UsageError as exc:
+        raise HTTPError(400, str(exc).splitlines()[0]) from None
 
 
 def prompt_of(body: dict) -> str:
@@ -325,6 +341,32 @@ def cut_at_stop(text: str, stops: list[str]) -> tuple[str, str | None]:
         if i != -1 and i < best:
             best, word = i, s
     return text[:best], word
+
+
+def stop_prefix_at_end(text: str, stops: list[str]) -> int:
+    """The length of the longest end of `text` that is the beginning of a stop string (not all of
+    one): text that may yet become a stop string when the next token settles (llama.cpp's
+    find_partial_stop_string)."""
+    longest = 0
+    for stop in stops:
+        i = text.find(stop[0], max(0, len(text) - len(stop) + 1))
+        while i != -1 and len(text) - i > longest:
+            if stop.startswith(text[i:]):
+                longest = len(text) - i
+                break
+            i = text.find(stop[0], i + 1)
+    return longest
+
+
+def sendable(text: str, stops: list[str]) -> str:
+    """What a stream may send of `text` that is still growing at its end (the text committed from
+    the left): up to the first stop string, and never the end of it that may yet become one (a
+    stop string settling over several steps, " #", " DO", "NE", never reaches the client in part;
+    its held part goes out once a later token shows it is no stop string). Always the beginning
+    of the answer the finished text gives (cut_at_stop), whatever settles after it."""
+    cut, _ = cut_at_stop(text, stops)
+    # An earlier stop string running past the end comes first: ["abcd", "c"] on "xabc" sends "x".
+    return text[:min(len(cut), len(text) - stop_prefix_at_end(text, stops))]
 
 
 # Fill-in-the-middle prompt formats a client may send already formatted: (pattern, prefix group, suffix group).

@@ -19,6 +19,11 @@ A masked-diffusion model fills the whole span at once, so:
 - truncated is llama.cpp's: the context did not all fit (here: the canvas held only part of the
   text around the cursor), so a client can say its context is too long; or n_predict was clamped.
 - n_indent ends the content at the first later line indented less (llama.cpp's rule).
+- A stream sends the text committed from the left less what may yet be taken back: an end of it
+  that begins a stop string (llama.cpp holds back a partial stop string the same way) and a last
+  line n_indent may yet cut (only blanks so far, fewer than n_indent columns).
+- regex, json_schema (llama.cpp's own field), ebnf / grammar (Lark, not llama.cpp's GBNF) and
+  OpenAI's response_format steer every step (common.constraint_of; docs/constraints.md).
 - input_extra goes before the prefix, as context a long enough canvas may reach.
 - cache_prompt: a block-causal model's server keeps a prefix cache whatever the request says
   (core/prefix_cache.py; --prefix-cache-mb): a run starts from the longest run of whole prompt
@@ -30,8 +35,8 @@ A masked-diffusion model fills the whole span at once, so:
 """
 from __future__ import annotations
 
-from .common import (HTTPError, cut_at_stop, field_of, point_request, prompt_of, sampling_of, split_fim, stop_strings,
-                     token_budget)
+from .common import (HTTPError, constraint_of, cut_at_stop, field_of, point_request, prompt_of, sampling_of, sendable,
+                     split_fim, stop_strings, token_budget)
 from .respond import Plan, Shape, committed_text
 
 MAX_EXTRA_CHUNKS = 64
@@ -60,12 +65,13 @@ class Infill(Shape):
         n_predict, clamped = token_budget(server, body, "n_predict", default=server.max_tokens, endless=-1)
         predict_ms = field_of(body, "t_max_predict_ms", (int, float), 0)
         sampling = sampling_of(server, body)
+        constraint = constraint_of(body)
         slot = field_of(body, "id_slot", int, -1)
         shape = cls(server, before, suffix, n_indent, stops, fields, slot, n_predict, clamped)
         shape.budget = predict_ms / 1000 if predict_ms and predict_ms > 0 else None
         if n_predict == 0:  # a warm-up: llama.vim primes the server's cache this way; nothing to run
             return Plan(None, shape, stream)
-        return Plan(point_request(server, before, suffix, n_predict, sampling), shape, stream)
+        return Plan(point_request(server, before, suffix, n_predict, sampling, constraint), shape, stream)
 
     def __init__(self, server, before, suffix, n_indent, stops, fields, slot, n_predict, clamped) -> None:
         self.server, self.text, self.at = server, before + suffix, len(before)
@@ -77,7 +83,9 @@ class Infill(Shape):
         return cut_at_stop(cut_at_indent(content, self.n_indent), self.stops)
 
     def step(self, progress) -> list:
-        now = self._cut(committed_text(progress, self.text, self.at))[0]
+        # What is sure to begin the answer: a last line that may yet end it (n_indent) and the
+        # end of the text that may yet become a stop string are held back until they settle.
+        now = sendable(settled_at_indent(committed_text(progress, self.text, self.at), self.n_indent), self.stops)
         if now.startswith(self.sent) and len(now) > len(self.sent):
             chunk, self.sent = now[len(self.sent):], now
             return [{"content": chunk, "stop": False, "id_slot": self.slot}]
@@ -93,8 +101,14 @@ class Infill(Shape):
 
     def cut(self, stopped, server) -> list:
         """The time ran out mid-stream (the request's budget or the server's): what was sent stands;
-        the last chunk has the counts, stop_type "limit"."""
-        return [self._answer("", stopped.last.sharp if stopped.last is not None else 0, None, full=True)]
+        the last chunk has the rest of what was committed (held back while it might have become a
+        stop string: the answer without a stream, whole_cut, is the same text), the counts,
+        stop_type "limit"."""
+        if stopped.last is None:
+            return [self._answer("", 0, None, full=True)]
+        content, word = self._cut(committed_text(stopped.last, self.text, self.at))
+        rest = content[len(self.sent):] if content.startswith(self.sent) else ""
+        return [self._answer(rest, stopped.last.sharp, word, full=True)]
 
     def whole(self, done) -> dict:
         if done is None:
@@ -182,6 +196,21 @@ def cut_at_indent(content: str, n_indent: int) -> str:
     for i, line in enumerate(lines[1:], start=1):
         if line.strip() and len(line) - len(line.lstrip(" \t")) < n_indent:
             return "\n".join(lines[:i]) + "\n"
+    return content
+
+
+def settled_at_indent(content: str, n_indent: int) -> str:
+    """cut_at_indent of text still growing at its end (a stream's committed text): the part sure
+    to begin the answer. A last line (not the first) holding only blanks, fewer than n_indent
+    columns so far, may yet be a line indented less (the answer ends before it) or a blank line
+    (kept): it waits. Its newline, kept either way, does not."""
+    cut = cut_at_indent(content, n_indent)
+    if n_indent <= 0 or cut != content:  # no rule, or the line that ends the answer is here: known
+        return cut
+    start = content.rfind("\n") + 1
+    last = content[start:]
+    if start > 0 and not last.strip() and len(last) < n_indent:
+        return content[:start]
     return content
 
 

@@ -14,9 +14,13 @@
   the whole current draft, which replaces the previous one. Without `diffusing` a stream carries
   the text committed from the left as it settles, in OpenAI's delta form.
 - OpenAI's `echo` (completions) and `stream_options.include_usage` are honoured; a field asking
-  for what these runs do not do (logprobs, penalties, logit bias, best_of, tools, a response
-  format) is a 400 naming it when it asks anything: clients often send the defaults, and those
-  pass.
+  for what these runs do not do (logprobs, penalties, logit bias, best_of, tools) is a 400 naming
+  it when it asks anything: clients often send the defaults, and those pass.
+- `response_format` (json_object, json_schema) and vLLM's / SGLang's `regex`, `json_schema`,
+  `ebnf` steer every denoising step (common.constraint_of; docs/constraints.md).
+- A stream without `diffusing` never sends the end of the committed text that may yet become a
+  stop string (common.sendable); `diffusing` drafts are whole drafts, each replaced by the next,
+  cut at a whole stop string only.
 """
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ import uuid
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from .common import HTTPError, cut_at_stop, field_of, point_request, prompt_of, sampling_of, server_of, split_fim, stop_strings, token_budget
+from .common import (HTTPError, constraint_of, cut_at_stop, field_of, point_request, prompt_of, sampling_of, sendable, server_of,
+                     split_fim, stop_strings, token_budget)
 from .respond import Plan, Shape, committed_text
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
@@ -43,7 +48,6 @@ _UNSUPPORTED = {
     "best_of": ((None, 1), "best_of must be 1 (ask for alternatives with /v1/edits and sampling.samples)"),
     "tools": ((None, []), "sharpen calls no tools"),
     "functions": ((None, []), "sharpen calls no functions"),
-    "response_format": ((None, {"type": "text"}), "sharpen answers plain text only (response_format type text)"),
 }
 
 async def models(request: Request):
@@ -126,9 +130,10 @@ class _Completion(Shape):
     def planned(cls, server, body: dict, before: str, suffix: str, tokens: int, clamped: bool, echo: str = "") -> Plan:
         shape = cls(server, body, before, suffix, tokens, clamped, echo)
         stream = field_of(body, "stream", bool, False)
+        constraint = constraint_of(body)  # response_format, regex, json_schema, ebnf: steered at every step
         if tokens == 0:  # max_tokens 0: nothing to generate, nothing runs (the prompt is still counted)
             return Plan(None, shape, stream)
-        return Plan(point_request(server, before, suffix, tokens, sampling_of(server, body)), shape, stream)
+        return Plan(point_request(server, before, suffix, tokens, sampling_of(server, body), constraint), shape, stream)
 
     # -- the whole answer ---------------------------------------------------------------------
 
@@ -142,9 +147,11 @@ class _Completion(Shape):
     # -- a stream -------------------------------------------------------------------------------
 
     def step(self, progress) -> list:
-        self.committed = now = cut_at_stop(committed_text(progress, self.text, self.at), self.stops)[0]
-        if self.diffusing:
+        committed = committed_text(progress, self.text, self.at)
+        self.committed = cut_at_stop(committed, self.stops)[0]  # what a cut stream ends with
+        if self.diffusing:  # the whole draft, replaced by the next: nothing held back (docs/server.md)
             return [self._draft(progress.spans[0].text)]
+        now = sendable(committed, self.stops)  # never the part of a stop string that settled first
         if now.startswith(self.sent) and len(now) > len(self.sent):
             chunk = self._delta(now[len(self.sent):])
             self.sent = now

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -128,16 +129,26 @@ async def respond(request: Request, server: Server, plan: Plan):
     handle = start_run(server.backend, plan.edit, every=every, seconds=shape.budget if own else limit)
     watcher = asyncio.create_task(cancel_on_disconnect(request, handle))
     events = handle.events()
+    early = []
     try:
-        first = await events.__anext__()  # a refused run (bad request, busy model) is an error with its status
+        early.append(await events.__anext__())  # a refused run (bad request, busy model) is an error with its status
+        shape_first(shape, early[-1])
+        # A run refuses a constraint it cannot keep (its loop does not steer, no text of the span's
+        # length meets it) before its first pass, but a loop may show its untouched canvas first
+        # (the block-causal kinds' step 0): a constrained stream begins after that frame, so the
+        # refusal is a status too, not a stream's last event. Other streams begin at once.
+        while plan.stream and constrained(plan.edit) and isinstance(early[-1], Progress) and early[-1].step == 0:
+            early.append(await events.__anext__())
+            shape_first(shape, early[-1])
     except SharpenError as exc:
         watcher.cancel()
         raise HTTPError(status_of(exc), str(exc), retry_after(exc)) from None
     except BaseException:
         watcher.cancel()
         raise
+    first = early[0]
     if plan.stream:
-        body = _stream(server, shape, first, events, watcher)
+        body = _stream(server, shape, early, events, watcher)
         return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
     try:
         event = first
@@ -160,15 +171,21 @@ async def respond(request: Request, server: Server, plan: Plan):
     raise HTTPError(504, too_long(server))
 
 
+def constrained(edit) -> bool:
+    return any(getattr(span, "constraint", None) is not None for span in edit.spans)
+
+
 def shape_first(shape: Shape, event) -> None:
     if isinstance(event, Progress) and shape.timing.first is None:
         shape.timing.first = shape.timing.seconds()
 
 
-async def _stream(server: Server, shape: Shape, first, events, watcher):
-    """The stream's bytes: each step's chunks, then the final ones, a cut's or an error's; then
-    [DONE] where the shape has one. A client that leaves closes this generator: the run stops."""
-    event, ended = first, False
+async def _stream(server: Server, shape: Shape, early: list, events, watcher):
+    """The stream's bytes: each step's chunks (from the events already read, `early`, on), then
+    the final ones, a cut's or an error's; then [DONE] where the shape has one. A client that
+    leaves closes this generator: the run stops."""
+    pending = deque(early)
+    event, ended = pending.popleft(), False
     try:
         async with aclosing(events):
             while True:
@@ -187,7 +204,7 @@ async def _stream(server: Server, shape: Shape, first, events, watcher):
                 if ended:
                     break
                 try:
-                    event = await events.__anext__()
+                    event = pending.popleft() if pending else await events.__anext__()
                 except SharpenError as exc:  # the stream has begun: the error becomes its last event
                     event = Failed(status_of(exc), str(exc))
                 except Exception as exc:
