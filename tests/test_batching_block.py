@@ -4,6 +4,7 @@ against its own cache at its own key length, and each gets exactly what it gets 
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from contextlib import contextmanager
 
 import pytest
@@ -38,10 +39,32 @@ def llada2(tmp_path_factory):
     return load_denoiser(write_llada2(tmp_path_factory.mktemp("llada2") / "llada2.0", version="2.0", head_scale=3.0))
 
 
-def requests() -> list[EditRequest]:
+@pytest.fixture(scope="module")
+def llada2_1(tmp_path_factory):
+    """LLaDA2.1: the editing loop (core/loops/editing.py), which replaces committed tokens."""
+    from moe_checkpoints import write_llada2
+
+    from sharpen.core.models.loading import load_denoiser
+
+    return load_denoiser(write_llada2(tmp_path_factory.mktemp("llada2") / "llada2.1", version="2.1", head_scale=3.0))
+
+
+@pytest.fixture(scope="module")
+def fast_dllm(tmp_path_factory):
+    """Fast-dLLM v2: the sub-block loop (core/loops/subblock.py)."""
+    from block_checkpoints import write_fast_dllm_v2
+
+    from sharpen.core.models.loading import load_denoiser
+
+    return load_denoiser(write_fast_dllm_v2(tmp_path_factory.mktemp("fdllm") / "Fast_dLLM_v2_tiny"))
+
+
+def requests(family: str = "sdar") -> list[EditRequest]:
     """Four runs that differ in what a block-causal pass may differ in: prompt length (so each
     open block's key length k * size differs), span position and length, samples, seed,
-    temperature, top-k and block size."""
+    temperature, top-k and block size (Fast-dLLM v2 takes neither of the last two)."""
+    if family == "fast_dllm":
+        return [replace(r, sampling=replace(r.sampling, top_k=None, block_size=None)) for r in requests()]
     end = len(TEXT) - 1
     at = LONG.index("def f3")
     return [
@@ -93,10 +116,10 @@ def batched_runner(denoiser, runs: int) -> Runner:
     return runner
 
 
-@pytest.mark.parametrize("family", ["sdar", "llada2"])
+@pytest.mark.parametrize("family", ["sdar", "llada2", "llada2_1", "fast_dllm"])
 def test_concurrent_block_causal_runs_share_passes_and_equal_each_run_alone(family, request):
     denoiser = request.getfixturevalue(family)
-    batch = requests()
+    batch = requests(family)
     alone = [fingerprint(Runner(denoiser).result(r)) for r in batch]
     assert len(set(alone)) == len(alone)  # the runs differ: equality below is not one answer four times
     runner = batched_runner(denoiser, len(batch))
