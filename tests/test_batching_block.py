@@ -157,3 +157,23 @@ def test_open_block_passes_at_different_key_lengths_pack_bit_for_bit(sdar):
 def test_block_causal_and_mixture_of_experts_models_are_batchable(sdar, llada2):
     assert batchable(sdar) and batchable(llada2)
     assert Runner(sdar).batcher is None  # batch 1 (the editor): one at a time
+
+
+def test_batched_runs_through_a_servers_prefix_cache_equal_each_run_alone(sdar):
+    """As a server runs them: the model has a prefix cache (core/prefix_cache.py), so a batched
+    run's prefill starts from keys an earlier (batched) run wrote; every result still equals the
+    run alone without any cache, and the second round takes its prompts from the cache."""
+    from sharpen.core import prefix_cache
+
+    batch = requests()
+    alone = [fingerprint(Runner(sdar).result(r)) for r in batch]
+    store = prefix_cache.attach(sdar)
+    try:
+        for _ in range(2):
+            runner = batched_runner(sdar, len(batch))
+            events = run_together(runner, batch)
+            assert [fingerprint(e[-1]) for e in events] == alone
+            assert runner.batcher.packed_runs > runner.batcher.passes
+        assert store.hits > 0
+    finally:
+        prefix_cache.attach(sdar, 0)
