@@ -22,8 +22,17 @@ attend to one, and a run's logits are those of its pass alone (tests/test_batchi
 for token). Runs differ freely in canvas length, slot layout, step plan, cache policy, samples
 and seed: the step's random draws are hashes of (seed, step, row, token), per run.
 
-Only the native backbone, eager, dense and on one device, packs; other models run one at a
-time (`batchable`).
+Block-causal runs (SDAR, Stable-DiffCoder, Fast-dLLM v2, LLaDA2, core/loops/scaffold.py) pack
+the same way: a pass carries its own attention policy (`Attend`), so each step's open-block rows
+of every run are packed for the row-wise work and attend, per run, to that run's own read-only
+cache up to its own key length (`keys = k * size`, different in every run) followed by its own
+block. Nothing is padded, so no key length has to match; prefills and block writes pack too (each
+writes its own cache), a whole canvas in a pack of its own. A mixture of experts (LLaDA2) routes
+the packed rows together, token by token, and runs each expert once for the union of its rows.
+
+Only the native backbone, eager and on one device, on the masked or block-causal loop packs;
+other models (remote code, a compiled step, a model spread over devices, DiffusionGemma's
+random-token loop) run one at a time (`batchable`).
 """
 from __future__ import annotations
 
@@ -56,17 +65,23 @@ MAX_WAIT = 0.02  # seconds
 # a whole-canvas pass runs in its own pack, in parallel with the others where a core is free.
 ROWS_PER_PASS = 128
 
+# The loop kinds (core/loops/kinds.py) whose passes all go through Denoiser.logits, and so through
+# BatchedDenoiser. The random-token loop is not here: nothing has checked it against packing.
+PACKED_LOOPS = ("masked", "block-causal")
+
 RECENT_PASSES = 4096  # passes whose run counts StepBatcher keeps (tests read them; /metrics reads the totals)
 
 
 def batchable(denoiser) -> bool:
     """Whether runs on `denoiser` can share passes: sharpen's own backbone run eagerly (a compiled
-    step has its own bucketed shapes), dense (experts route per batch), on one device, masked loop."""
+    step has its own bucketed shapes), on one device, on a loop whose every pass goes through
+    `Denoiser.logits` (the masked loop, and the block-causal ones through core/loops/scaffold.py).
+    Experts route each token on its own (no capacity limit), so a mixture of experts packs too."""
     if type(denoiser) is not Denoiser or denoiser.compiled:
         return False
     model = denoiser.model
-    return (isinstance(model, Transformer) and model.cfg.moe is None and model.layer_devices is None
-            and denoiser.spec.loop == "masked")
+    return (isinstance(model, Transformer) and model.layer_devices is None
+            and denoiser.spec.loop in PACKED_LOOPS)
 
 
 @dataclass(eq=False)  # compared by identity: a pass is one run's, once
@@ -75,8 +90,9 @@ class Pass:
 
     ids: torch.Tensor  # [b, S] the rows it computes
     positions: torch.Tensor  # [S] their canvas positions
-    cache: KVCache | None  # the run's own keys/values: written at `positions`, attended in full
+    cache: KVCache | None  # the run's own keys/values: written at `positions`, attended per `attend`
     rows: torch.Tensor  # [W] rows of the S projected to the vocabulary
+    attend: Attend = FULL  # the run's attention policy for this pass (a block's read-only keys, a mask)
     logits: torch.Tensor | None = None  # [b, W, V] once run
     error: BaseException | None = None
     done: bool = False  # set under the batcher's lock once the pack has run (logits or error set)
@@ -105,7 +121,9 @@ def packed_scores(model: Transformer, passes: list[Pass]) -> list[torch.Tensor]:
             b, S = p.ids.shape
             per_run = [t.reshape(t.shape[1], b, S, t.shape[3]).transpose(0, 1) for t in (q_p, k_p, v_p)]  # [b, H or Hkv, S, D]
             layer_cache = None if p.cache is None else (p.cache.k[i], p.cache.v[i])
-            outs.append(attn.attend(*per_run, p.positions, layer_cache, FULL).reshape(b * S, -1))  # [b*S, H D]
+            # Its own keys: FULL over its canvas or cache, or a block-causal run's cache[:k*size]
+            # then its open block (p.attend.keys differs per run: nothing to pad).
+            outs.append(attn.attend(*per_run, p.positions, layer_cache, p.attend).reshape(b * S, -1))  # [b*S, H D]
         x = layer.feed_forward(x + attn.output(torch.cat(outs)[None]))  # [1, N, dim]
     hidden = [h.view(p.ids.shape[0], p.ids.shape[1], -1)[:, p.rows] for p, h in zip(passes, x[0].split(sizes))]  # [b, W, dim] each
     wanted = [h.shape[0] * h.shape[1] for h in hidden]
@@ -209,7 +227,7 @@ class StepBatcher:
             with torch.inference_mode():
                 if len(batch) == 1:  # nothing to pack with: the plain pass (packing one costs 20% more)
                     one = batch[0]
-                    results = [model.scores(one.ids, one.positions, one.cache, one.rows)]
+                    results = [model.scores(one.ids, one.positions, one.cache, one.rows, one.attend)]
                 else:
                     results = packed_scores(model, batch)
         except Exception:  # noqa: BLE001 - each pass is retried alone below and fails on its own
@@ -221,7 +239,7 @@ class StepBatcher:
                     work.logits = results[i]
                 else:
                     with torch.inference_mode():
-                        work.logits = model.scores(work.ids, work.positions, work.cache, work.rows)
+                        work.logits = model.scores(work.ids, work.positions, work.cache, work.rows, work.attend)
             except torch.OutOfMemoryError:
                 work.error = ModelError(OUT_OF_MEMORY)
             except Exception as exc:  # noqa: BLE001 - handed to the run it belongs to, in its own thread
@@ -246,18 +264,16 @@ class BatchedDenoiser:
 
     def logits(self, x: torch.Tensor, want: torch.Tensor | None = None, run: torch.Tensor | None = None,
                cache: KVCache | None = None, attend: Attend = FULL) -> torch.Tensor:
-        """As Denoiser.logits; passes with another attention policy than FULL run alone."""
-        if attend is not FULL:
-            return self._denoiser.logits(x, want, run, cache, attend)
+        """As Denoiser.logits, the pass handed to the batcher with its attention policy."""
         T = x.shape[1]
         want = torch.arange(T, device=x.device) if want is None else want
         source = (want - 1).clamp_min(0) if self._denoiser.spec.shift_logits else want  # [W] rows that predict `want`
         if run is not None and cache is None:
             raise ValueError("a partial run needs a cache holding the rest of the canvas")
         if run is None:
-            work = Pass(x, torch.arange(T, device=x.device), cache, source)
+            work = Pass(x, torch.arange(T, device=x.device), cache, source, attend)
         else:
-            work = Pass(x[:, run], run, cache, torch.searchsorted(run, source))
+            work = Pass(x[:, run], run, cache, torch.searchsorted(run, source), attend)
         logits = self._batcher.submit(work)  # [B, W, V]
         if self._check:
             self._check = False

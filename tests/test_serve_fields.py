@@ -258,8 +258,8 @@ def test_the_startup_line_says_whether_concurrent_runs_share_passes(denoiser, tm
     compiled.compile("default")  # on a CPU torch.compile runs at the first pass: none runs here
     assert compiled.compiled and not denoiser.compiled
     assert sharing(compiled, 8) == "one run at a time: a compiled step does not pack (--compile off lets up to 8 runs share each pass)"
-    block_causal = load_denoiser(write_sdar(tmp_path / "SDAR-tiny"))  # a block-causal loop: its runs do not pack
-    assert sharing(block_causal, 8) == "one run at a time: this model's runs do not pack (core.batch.batchable)"
+    block_causal = load_denoiser(write_sdar(tmp_path / "SDAR-tiny"))  # a block-causal loop: its open-block passes pack too
+    assert sharing(block_causal, 8) == "up to 8 runs share each forward pass"
 
 
 async def test_a_chat_longer_than_the_canvas_loses_its_oldest_turns_not_its_start(denoiser):

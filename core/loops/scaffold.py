@@ -117,7 +117,11 @@ class BlockRun:
 
     def masked_logits(self, block: torch.Tensor, k: int) -> torch.Tensor:
         """[B, P, V] the open block's logits against the read-only cache of the blocks before it,
-        banned ids at -inf, and a constrained slot's tokens that would leave its span uncompletable."""
+        banned ids at -inf, and a constrained slot's tokens that would leave its span uncompletable.
+
+        In a server with --max-batch > 1 `denoiser` is the run's view of a StepBatcher
+        (core/batch.py): this pass, its Attend with it, is packed with the other runs' step, each
+        attending to its own cache up to its own k * size keys."""
         logits = self.denoiser.logits(self.x, want=block, run=block, cache=self.cache,
                                       attend=Attend(keys=k * self.rule.size, write=False))
         logits = logits if self.banned is None else logits.index_fill(-1, self.banned, float("-inf"))
