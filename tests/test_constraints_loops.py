@@ -44,3 +44,46 @@ def test_the_subblock_loop_steers_a_date_and_every_frame_stays_completable(fdllm
     assert re.fullmatch(DATE, last.result.spans[0].text), last.result.spans[0].text
     free = apply_edit(fdllm, TEXT, [Span(8, 8, max_tokens=16)], Sampling(seed=seed))
     assert not re.fullmatch(DATE, free.spans[0].text), free.spans[0].text
+
+
+GEMMA_TEXT = 'when = ""\nprint(when)\n'
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    pytest.importorskip("transformers.models.diffusion_gemma")
+    from gemma_checkpoint import write_diffusion_gemma
+    from sharpen.core.models.families.diffusion_gemma import load_gemma
+
+    return load_gemma(write_diffusion_gemma(tmp_path_factory.mktemp("gemma-steer") / "diffusiongemma-tiny", canvas_length=48))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_random_token_loop_accepts_only_tokens_that_keep_a_date_completable(gemma, seed):
+    import torch
+
+    from sharpen.core.canvas import build_canvas
+    from sharpen.core.constraints.noise_steering import NoiseSteering
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.loops.frame import SHARP
+    from sharpen.core.loops.random_token import renoise, split_canvas
+
+    span = Span(8, 8, max_tokens=14, constraint=Constraint(regex=DATE))
+    canvas = build_canvas(GEMMA_TEXT, [span], gemma.tokenizer, gemma.spec.mask_id, 1024, gemma.max_len)
+    layout = split_canvas(canvas, gemma.bos_id, gemma.canvas_length)
+    check = NoiseSteering.for_layout(gemma, layout, rows=1)
+    frames = list(renoise(gemma, layout, Sampling(seed=seed, steps=8)))
+    accepted_seen = 0
+    for frame in frames[:-1]:
+        sharp = (frame._state == SHARP)[None]  # [1, C]
+        accepted_seen += int(sharp[0, check.slots].sum())
+        assert check.steer.completable(check.view(frame._ids[None], sharp)) == [[True]], frame.step
+    assert accepted_seen > 0  # the check saw accepted tokens, not only noise
+    ids = torch.tensor(layout.ids)[None]
+    done = frames[-1]
+    ids[0, layout.slots[0]] = torch.tensor(done.final_ids[0][0])
+    assert check.steer.completable(ids) == [[True]]
+    result = apply_edit(gemma, GEMMA_TEXT, [span], Sampling(seed=seed, steps=8))
+    assert re.fullmatch(DATE, result.spans[0].text), result.spans[0].text
+    free = apply_edit(gemma, GEMMA_TEXT, [Span(8, 8, max_tokens=14)], Sampling(seed=seed, steps=8))
+    assert not re.fullmatch(DATE, free.spans[0].text), free.spans[0].text

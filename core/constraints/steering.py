@@ -291,9 +291,11 @@ class Steering:
             self._classes[key] = torch.as_tensor(tc, device=device)
         return self._classes[key]
 
-    def constrain(self, logits: torch.Tensor, x: torch.Tensor, positions) -> torch.Tensor:
+    def constrain(self, logits: torch.Tensor, x: torch.Tensor, positions, every_slot: bool = False) -> torch.Tensor:
         """`logits` [B, P, V] of canvas `positions` (P of them) with every token a masked constrained
-        slot may not take at -inf. Committed slots and unconstrained ones are left as they are."""
+        slot may not take at -inf. Committed slots and unconstrained ones are left as they are;
+        `every_slot`: a committed slot too, read as free (what it may hold with the others kept:
+        a slot's own token never enters its allowed set; the random-token loop re-draws them)."""
         positions = positions.tolist() if isinstance(positions, torch.Tensor) else list(positions)
         hits = [(j, self._where[p]) for j, p in enumerate(positions) if p in self._where]
         if not hits:
@@ -304,7 +306,7 @@ class Steering:
         for b in range(B):
             for j, (k, i) in hits:
                 sets = self.sets[b][k]
-                if int(sets.ids[i]) != self.mask_id:
+                if int(sets.ids[i]) != self.mask_id and not every_slot:
                     continue
                 rows, cols, allowed = by_automaton.setdefault(k, ([], [], []))
                 rows.append(b)
