@@ -370,11 +370,3 @@ class Steering:
             return int(ok.nonzero()[0])
         return int(scored.argmax())
 
-
-def refuse_constraints(canvas, loop: str) -> None:
-    """A loop that does not steer yet refuses a constrained span before its first pass, instead of
-    writing text that may not match (ConstraintError, exit 2)."""
-    for span in canvas.spans:
-        if getattr(span, "constraint", None) is not None:
-            raise ConstraintError(f"span {span.name}: constraints steer the masked and block-causal loops; this model's "
-                                  f"{loop} loop does not yet (run it without --regex / --json-schema / --grammar / --require / --forbid)")
