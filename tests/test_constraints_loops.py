@@ -87,3 +87,32 @@ def test_the_random_token_loop_accepts_only_tokens_that_keep_a_date_completable(
     assert re.fullmatch(DATE, result.spans[0].text), result.spans[0].text
     free = apply_edit(gemma, GEMMA_TEXT, [Span(8, 8, max_tokens=14)], Sampling(seed=seed, steps=8))
     assert not re.fullmatch(DATE, free.spans[0].text), free.spans[0].text
+
+
+async def test_the_status_bar_names_the_constraint_while_a_constrained_run_draws(tmp_path):
+    from pilot import SLOW, make_app, top_command, wait_for, with_model
+
+    from sharpen.app.tui.editor_pane import PREVIEW, RUNNING
+    from sharpen.app.tui.status_bar import StatusBar
+    from sharpen.core.models.load import load_model
+    from sharpen.core.settings import ModelRequest
+
+    path = tmp_path / "release.py"
+    path.write_text('released = ""\n')
+    app = make_app([path], SLOW)  # paced steps: the running line is on screen long enough to read
+    async with app.run_test(size=(120, 24)) as pilot:
+        await with_model(app, pilot, load_model(ModelRequest()))
+        pane = app.active_pane()
+        pane.editor.selection = ((0, 12), (0, 12))
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Infill with pattern")
+        await wait_for(pilot, lambda: top_command(app) == "Infill with pattern")
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.press(*DATE)
+        await pilot.press("enter")
+        status = app.query_one(StatusBar)
+        await wait_for(pilot, lambda: pane.phase == RUNNING and "step" in status.run)
+        assert "pattern [0-9]{4}-" in status.run, status.run
+        await wait_for(pilot, lambda: pane.phase == PREVIEW)
+        assert "pattern" not in status.run  # the preview's line is about accepting, not the run
