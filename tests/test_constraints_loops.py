@@ -116,3 +116,31 @@ async def test_the_status_bar_names_the_constraint_while_a_constrained_run_draws
         assert "pattern [0-9]{4}-" in status.run, status.run
         await wait_for(pilot, lambda: pane.phase == PREVIEW)
         assert "pattern" not in status.run  # the preview's line is about accepting, not the run
+
+
+def test_accepted_draws_that_clash_are_settled_so_the_span_stays_completable(gemma):
+    """Two slots both accepted with `a` under `ab|ba`: each alone is allowed, together they clash."""
+    import torch
+
+    from sharpen.core.canvas import build_canvas
+    from sharpen.core.constraints.noise_steering import NoiseSteering
+    from sharpen.core.loops.random_token import split_canvas
+
+    span = Span(8, 8, max_tokens=4, constraint=Constraint(regex="ab|ba"))
+    layout = split_canvas(build_canvas(GEMMA_TEXT, [span], gemma.tokenizer, gemma.spec.mask_id, 1024, gemma.max_len), gemma.bos_id, gemma.canvas_length)
+    steer = NoiseSteering.for_layout(gemma, layout, rows=1)
+    a = list(gemma.tokenizer.encode("a"))
+    assert len(a) == 1
+    C, V = len(layout.ids), gemma.vocab_size
+    x = torch.tensor(layout.ids)[None]
+    sharp = torch.zeros(1, C, dtype=torch.bool)
+    scores = steer.constrain(torch.zeros(1, C, V), x, sharp)
+    p0, p1 = int(steer.slots[0]), int(steer.slots[1])
+    assert torch.isfinite(scores[0, p0, a[0]]) and torch.isfinite(scores[0, p1, a[0]])  # each alone allowed
+    drawn = x.clone()
+    drawn[0, p0] = drawn[0, p1] = a[0]
+    accepted = torch.zeros(1, C, dtype=torch.bool)
+    accepted[0, p0] = accepted[0, p1] = True
+    settled = steer.settle(x, sharp, drawn, accepted, scores)
+    assert steer.steer.completable(steer.view(settled, accepted)) == [[True]]
+    assert settled[0, p0] == a[0] or settled[0, p1] == a[0]  # one of the two kept
