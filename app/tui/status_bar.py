@@ -20,6 +20,18 @@ def run_summary(tokens: int, steps: int, compute: float, wall: float, paced: boo
     return f"{counted} in {stepped}, {wall:.2f} s ({how}model {compute:.2f} s, {rate_text(tokens, compute)})"
 
 
+def constraint_label(spans, width: int = 24) -> str:
+    """The constraint a run steers to, short (`pattern [0-9]{4}-…`); "" when no span has one.
+    Several constrained spans: the first, and how many more."""
+    constraints = [s.constraint for s in spans if getattr(s, "constraint", None) is not None]
+    if not constraints:
+        return ""
+    first = constraints[0]
+    label = f"pattern {first.regex}" if first.regex is not None else first.describe()
+    label = label if len(label) <= width else label[:width - 1] + "…"
+    return label + (f" (+{len(constraints) - 1})" if len(constraints) > 1 else "")
+
+
 def run_line(pane, keys_for) -> str:
     """What the status bar says of `pane`'s command run (an EditorPane; `keys_for(binding id)`
     gives the keys bound now): its progress while it runs, the keys and the alternative shown
@@ -32,7 +44,9 @@ def run_line(pane, keys_for) -> str:
     if run.result is None:  # running
         rate = f" · {rate_text(stats.tokens, stats.compute_seconds)}" if stats and stats.step > 0 else ""  # no rate before a step ran
         progress = f"step {stats.step}/{stats.total_steps}{rate}" if stats else "starting…"
-        return f"{progress} · {first_key('cancel')} cancels"
+        steering = constraint_label(run.spans)
+        steering = f" · {steering}" if steering else ""
+        return f"{progress}{steering} · {first_key('cancel')} cancels"
     alternatives = ""
     if run.alternatives > 1:
         keys = "/".join(keys_for(i).split(", ")[-1] for i in ("next-alternative", "previous-alternative"))

@@ -291,9 +291,11 @@ class Steering:
             self._classes[key] = torch.as_tensor(tc, device=device)
         return self._classes[key]
 
-    def constrain(self, logits: torch.Tensor, x: torch.Tensor, positions) -> torch.Tensor:
+    def constrain(self, logits: torch.Tensor, x: torch.Tensor, positions, every_slot: bool = False) -> torch.Tensor:
         """`logits` [B, P, V] of canvas `positions` (P of them) with every token a masked constrained
-        slot may not take at -inf. Committed slots and unconstrained ones are left as they are."""
+        slot may not take at -inf. Committed slots and unconstrained ones are left as they are;
+        `every_slot`: a committed slot too, read as free (what it may hold with the others kept:
+        a slot's own token never enters its allowed set; the random-token loop re-draws them)."""
         positions = positions.tolist() if isinstance(positions, torch.Tensor) else list(positions)
         hits = [(j, self._where[p]) for j, p in enumerate(positions) if p in self._where]
         if not hits:
@@ -304,7 +306,7 @@ class Steering:
         for b in range(B):
             for j, (k, i) in hits:
                 sets = self.sets[b][k]
-                if int(sets.ids[i]) != self.mask_id:
+                if int(sets.ids[i]) != self.mask_id and not every_slot:
                     continue
                 rows, cols, allowed = by_automaton.setdefault(k, ([], [], []))
                 rows.append(b)
@@ -368,11 +370,3 @@ class Steering:
             return int(ok.nonzero()[0])
         return int(scored.argmax())
 
-
-def refuse_constraints(canvas, loop: str) -> None:
-    """A loop that does not steer yet refuses a constrained span before its first pass, instead of
-    writing text that may not match (ConstraintError, exit 2)."""
-    for span in canvas.spans:
-        if getattr(span, "constraint", None) is not None:
-            raise ConstraintError(f"span {span.name}: constraints steer the masked and block-causal loops; this model's "
-                                  f"{loop} loop does not yet (run it without --regex / --json-schema / --grammar / --require / --forbid)")

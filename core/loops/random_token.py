@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 import torch
 
 from ..canvas import Canvas
-from ..constraints.steering import refuse_constraints
+from ..constraints.noise_steering import NoiseSteering
 from ..errors import SpanError
 from ..settings import Sampling
 from .frame import NOISE, SHARP, Frame
@@ -68,7 +68,6 @@ def renoise(denoiser, layout: NoiseCanvas, settings: Sampling = Sampling(), shou
     `settings.steps` caps the step budget (default: generation_config.json's max_denoising_steps);
     `settings.seed` seeds every random draw; `settings.samples` rows run as one batch.
     """
-    refuse_constraints(layout.source, "random-token")  # every slot holds a token at every step: not steered yet
     device = denoiser.device
     schedule = denoiser.schedule
     steps = settings.steps or schedule.max_steps
@@ -91,6 +90,11 @@ def renoise(denoiser, layout: NoiseCanvas, settings: Sampling = Sampling(), shou
     start_noise = _start_noise(layout, base, free, generator)  # [B, C] slots that start as noise
     x = torch.where(start_noise, noise, base)
     sharp = ~start_noise
+    # Constrained spans: draws steered, accepted tokens settled, the answer filled by allowed tokens
+    # (core/constraints/noise_steering.py); None when no span carries a constraint.
+    steer = NoiseSteering.for_layout(denoiser, layout, B)
+    if steer is not None:
+        sharp = steer.prepare(x, sharp)  # ConstraintError before any pass when a span cannot match
     argmax = x.clone()
     confidence = torch.ones(B, C, device=device)
     self_conditioning = None
@@ -120,6 +124,8 @@ def renoise(denoiser, layout: NoiseCanvas, settings: Sampling = Sampling(), shou
             logits = denoiser.canvas_logits(x, self_conditioning, context)  # [B, C, V] float32
             left = torch.tensor(steps_left, device=device, dtype=torch.int32)
             scores_now = logits / schedule.temperature(left, steps)
+            if steer is not None:
+                scores_now = steer.constrain(scores_now, x, sharp)  # [B, C, V]
             probs = torch.softmax(scores_now, dim=-1, dtype=torch.float32)
             drawn = torch.multinomial(probs.view(-1, V), num_samples=1, generator=generator).view(B, C)
             best = torch.argmax(scores_now, dim=-1)  # [B, C]
@@ -131,6 +137,8 @@ def renoise(denoiser, layout: NoiseCanvas, settings: Sampling = Sampling(), shou
             ordered, order = torch.sort(ranked_entropy, dim=-1, descending=False)
             chosen = torch.cumsum(ordered, dim=-1) - ordered <= schedule.entropy_bound
             accepted = torch.scatter(torch.zeros_like(chosen), -1, order, chosen)
+            if steer is not None:  # the accepted draws together keep every span completable
+                drawn = steer.settle(x, sharp, drawn, accepted, scores_now)
             kept = torch.where(accepted, drawn, x)
             fresh = torch.randint(0, V, (B, C), device=device, generator=generator)
             new_x = torch.where(~accepted, fresh, kept)
@@ -154,6 +162,9 @@ def renoise(denoiser, layout: NoiseCanvas, settings: Sampling = Sampling(), shou
         yield frame(step)
         if bool(finished.all()):
             break
+    if steer is not None:  # the answer: accepted tokens, every other constrained slot its best allowed one
+        answer = steer.finish(x, sharp, self_conditioning.float())
+        argmax = torch.where(torch.isin(torch.arange(C, device=device), steer.slots)[None], answer, argmax)
     confidence = torch.softmax(self_conditioning.float(), -1).gather(-1, argmax[..., None]).squeeze(-1)
     yield frame(step, done=True)
 

@@ -23,7 +23,6 @@ from typing import Callable, Iterator
 import torch
 
 from ..canvas import Canvas
-from ..constraints.steering import refuse_constraints
 from ..settings import Sampling
 from .block import sample
 from .frame import Frame
@@ -35,7 +34,6 @@ def subblock_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), 
     """The loop over one prompt canvas (its one slot range at the end); a Frame per step, the last done.
     `--block-size` and `--threshold` replace the release's bd_size and threshold (batch_sample's
     block_size and threshold); the sub-block stays the release's small_block_size."""
-    refuse_constraints(canvas, "sub-block")  # its shifted next-token commits are not steered yet
     rule = effective_rule(denoiser.spec.block, settings)
     run = BlockRun.open(denoiser, canvas, settings, rule, ban)
     x, mask_id, size, slots = run.x, run.mask_id, rule.size, run.slots
@@ -48,6 +46,8 @@ def subblock_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), 
         """The token a pass's last row predicts (greedy, as the reference) becomes `position`'s."""
         if position < total_len and position >= slots.start:
             logits = last_row if run.banned is None else last_row.index_fill(-1, run.banned, float("-inf"))
+            if run.steer is not None:  # the row proposes `position`'s token (the shift): steer it as that slot
+                logits = run.steer.constrain(logits[:, None], x, [position])[:, 0]  # [B, V]
             p, token = logits.softmax(-1).max(-1)  # [B]
             keep = x[:, position] == mask_id
             x[:, position] = torch.where(keep, token, x[:, position])
@@ -80,6 +80,16 @@ def subblock_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), 
                     commit = p_live > rule.threshold
                     commit[torch.arange(B, device=device), p_live.argmax(-1)] = True  # the most probable, in any case
                     commit &= live
+                    if run.steer is not None:  # masked_logits already rows logits by the position they propose
+                        # (the denoiser's shift); settle the sub-block's commits together, by those positions
+                        span_commit = torch.zeros_like(masked)
+                        span_commit[:, s0:s0 + sub] = commit
+                        span_prop = x[:, block].clone()  # [B, P]
+                        span_prop[:, s0:s0 + sub] = proposal
+                        span_p = torch.zeros(masked.shape, dtype=p_token.dtype, device=device)
+                        span_p[:, s0:s0 + sub] = p_token
+                        span_prop, span_p = run.settle(k, span_prop, span_commit, span_p, logits)
+                        proposal, p_token = span_prop[:, s0:s0 + sub], span_p[:, s0:s0 + sub]
                     x[:, part] = torch.where(commit, proposal, x[:, part])
                     run.guesses[:, part] = torch.where(live & ~commit, proposal, x[:, part])
                     run.confidence[:, part] = torch.where(live, p_token, run.confidence[:, part])
