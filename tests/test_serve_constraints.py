@@ -144,13 +144,13 @@ async def test_the_openai_package_reads_a_bad_schema_as_a_bad_request(embedded):
 
 
 @pytest.fixture(scope="module")
-def unsteerable(tmp_path_factory):
-    """Models whose loop cannot steer yet: Fast-dLLM v2 (sub-block), DiffusionGemma (random-token)."""
+def other_loops(tmp_path_factory):
+    """The loops beside the masked one a constraint reaches: Fast-dLLM v2 (sub-block), DiffusionGemma (random-token)."""
     from block_checkpoints import write_fast_dllm_v2
 
     from sharpen.core.models.loading import load_denoiser
 
-    root = tmp_path_factory.mktemp("unsteerable")
+    root = tmp_path_factory.mktemp("other_loops")
     models = {"sub-block": load_denoiser(write_fast_dllm_v2(root / "Fast_dLLM_v2_7B-tiny"))}
     try:
         from gemma_checkpoint import write_diffusion_gemma
@@ -165,14 +165,21 @@ def unsteerable(tmp_path_factory):
 
 @pytest.mark.parametrize("loop", ["sub-block", "random-token"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-async def test_a_model_whose_loop_cannot_steer_refuses_a_constraint_with_a_400(unsteerable, loop, stream):
-    if loop not in unsteerable:
+async def test_the_sub_block_and_random_token_loops_answer_a_constraint_with_matching_text(other_loops, loop, stream):
+    """Every loop kind steers (core/constraints): a regex on Fast-dLLM v2 and DiffusionGemma answers
+    200 with text that matches it, streamed or not."""
+    if loop not in other_loops:
         pytest.skip("this transformers has no diffusion_gemma")
-    async with _http(LocalBackend.of(unsteerable[loop])) as http:
-        answer = await http.post("/v1/completions", json={"prompt": "x = ", "max_tokens": 6, "regex": "[0-9]+", "stream": stream})
-        assert answer.status_code == 400, answer.text
-        assert f"{loop} loop does not yet" in answer.json()["error"]["message"]
-        assert (await http.post("/v1/completions", json={"prompt": "x = ", "max_tokens": 6})).status_code == 200
+    async with _http(LocalBackend.of(other_loops[loop])) as http:
+        body = {"prompt": "x = ", "max_tokens": 6, "regex": "[0-9]+", "stream": stream, "seed": 1}
+        answer = await http.post("/v1/completions", json=body)
+        assert answer.status_code == 200, answer.text
+        if stream:
+            chunks = [c for c in _events(answer.text) if isinstance(c, dict) and c.get("choices")]
+            text = "".join(c["choices"][0].get("text") or "" for c in chunks)
+        else:
+            text = answer.json()["choices"][0]["text"]
+        assert re.fullmatch("[0-9]+", text), text
 
 
 # -- streams never send what a later token may take back -------------------------------------------
