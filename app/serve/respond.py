@@ -133,9 +133,10 @@ async def respond(request: Request, server: Server, plan: Plan):
     try:
         early.append(await events.__anext__())  # a refused run (bad request, busy model) is an error with its status
         shape_first(shape, early[-1])
-        # A run refuses a constraint no text of the span's length meets before its first pass, but a loop may show its untouched canvas first
-        # (the block-causal kinds' step 0): a constrained stream begins after that frame, so the
-        # refusal is a status too, not a stream's last event. Other streams begin at once.
+        # A run refuses a constraint no text of the span's length meets before its first pass, but
+        # a loop may show its untouched canvas first (the block-causal kinds' step 0): a
+        # constrained stream begins after that frame, so the refusal is a status too, not a
+        # stream's last event. Other streams begin at once.
         while plan.stream and constrained(plan.edit) and isinstance(early[-1], Progress) and early[-1].step == 0:
             early.append(await events.__anext__())
             shape_first(shape, early[-1])
