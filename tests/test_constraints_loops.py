@@ -144,3 +144,21 @@ def test_accepted_draws_that_clash_are_settled_so_the_span_stays_completable(gem
     settled = steer.settle(x, sharp, drawn, accepted, scores)
     assert steer.steer.completable(steer.view(settled, accepted)) == [[True]]
     assert settled[0, p0] == a[0] or settled[0, p1] == a[0]  # one of the two kept
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_classifier_free_guidance_and_a_constraint_compose(tmp_path, seed):
+    """--cfg-scale (LLaDA's guidance, core/loops/guidance.py) and a pattern in one run: the guided
+    logits are steered, so the span matches; the guidance changes the decode (the same run
+    unguided writes other text under the same pattern)."""
+    from family_checkpoints import write_llada
+
+    from sharpen.core.engine import apply_edit
+    from sharpen.core.models.loading import load_denoiser
+
+    llada = load_denoiser(write_llada(tmp_path / "llada"))
+    span = Span(8, 8, max_tokens=16, constraint=Constraint(regex=DATE))
+    guided = apply_edit(llada, TEXT, [span], Sampling(seed=seed, cfg_scale=2.0)).spans[0].text
+    plain = apply_edit(llada, TEXT, [span], Sampling(seed=seed)).spans[0].text
+    assert re.fullmatch(DATE, guided) and re.fullmatch(DATE, plain), (guided, plain)
+    assert guided != plain
