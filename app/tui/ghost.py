@@ -23,10 +23,11 @@ from ...core.spans import Span
 from ..config import Config
 from .messages import EditFailed, EditFinished, EditProgress
 from .preview import GHOST, GHOST_CURSOR, GHOST_MASKED, MASKED, NOISE, Piece, merge, pieces_text
+from .pause import FiresAfterPause
 from .preview_view import top_line
 from .run_state import ModelRun
 
-WAITING, RUNNING, SHOWN = "waiting", "running", "shown"  # and None: nothing pending
+RUNNING, SHOWN = "running", "shown"  # and WAITING (pause.py); None: nothing pending
 CLOSING = frozenset(")]}>\"'`;:,")  # what may follow the cursor on its line for a ghost to fire
 NOTICE = "ghost: "  # how the status bar's note on a shown ghost starts
 # The preview layer holds the lines on screen and this many on each side:
@@ -63,7 +64,7 @@ def _rest_of(result, text: str, at: int, rest: str):
     return replace(result, text=whole, spans=(moved,), samples=(whole,), candidates=())
 
 
-class Ghost:
+class Ghost(FiresAfterPause):
     """The as-you-type completion of one pane (state, timer, run, drawing)."""
 
     def __init__(self, pane) -> None:
@@ -107,21 +108,7 @@ class Ghost:
             return
         if self.state in (RUNNING, SHOWN):
             self.dismiss()
-        self.state = WAITING
-        if self._timer is None:
-            self._timer = self.pane.set_timer(self.pause, self._due)
-
-    def _due(self) -> None:
-        self._timer = None
-        if self.state != WAITING:
-            return
-        left = self.pause - (time.perf_counter() - self._typed_at)
-        if left > 0.001:
-            self._timer = self.pane.set_timer(left, self._due)
-            return
-        self.state = None
-        if self.why_not() is None:
-            self.fire()
+        self.wait_for_pause()
 
     def why_not(self) -> str | None:
         """Why a ghost may not fire now (None: it may)."""

@@ -24,12 +24,13 @@ from ...core.next_edit.history import EditHistory
 from ...core.next_edit.offer import Apply, Offer
 from ...core.next_edit.request import Hunk, NextEditAnswer, NextEditRequest
 from .preview import DELETED, INSERTED, NEXT_EDIT_CURRENT as CURRENT, Piece
+from .pause import FiresAfterPause
 from .preview_view import top_line
 
 log = logging.getLogger(__name__)
 
 NEWLINE_GLYPH = "⏎"  # an inserted line break, drawn in place so the rows below never move
-WAITING, RUNNING, SHOWN = "waiting", "running", "shown"  # and None: nothing pending
+RUNNING, SHOWN = "running", "shown"  # and WAITING (pause.py); None: nothing pending
 NOTICE = "next edit: "  # how the status bar's note on the offer starts
 
 
@@ -96,7 +97,7 @@ class NextEditRun:
         self.answer: NextEditAnswer | None = None
 
 
-class NextEditor:
+class NextEditor(FiresAfterPause):
     """Next-edit prediction on one pane (history feed, timer, run, drawing, the offer and its keys)."""
 
     def __init__(self, pane) -> None:
@@ -169,25 +170,11 @@ class NextEditor:
             self.state = None
             return
         self._typed_at = time.perf_counter()
-        self.state = WAITING
-        if self._timer is None:
-            self._timer = self.pane.set_timer(self.pause, self._due)
+        self.wait_for_pause()
 
     def seen(self) -> None:
         """The buffer as it is now is no one's edit (loaded, reloaded): the history starts here."""
         self._text = self.pane.editor.buffer_text
-
-    def _due(self) -> None:
-        self._timer = None
-        if self.state != WAITING:
-            return
-        left = self.pause - (time.perf_counter() - self._typed_at)
-        if left > 0.001:
-            self._timer = self.pane.set_timer(left, self._due)
-            return
-        self.state = None
-        if self.why_not() is None:
-            self.fire()
 
     def why_not(self) -> str | None:
         """Why a prediction may not start now (None: it may)."""
