@@ -77,9 +77,13 @@ def test_answers_both_ways_and_no_edit():
     assert format_of("mercury").parse_answer("```\n" + new + "```", TEXT) == new
     assert format_of("mercury").render_answer(TEXT, TEXT) == "None"
     assert format_of("mercury").parse_answer("None", TEXT) == TEXT
-    # Zeta 2: the window then >>>>>>> UPDATED (a client's stop cuts it); NO_EDITS.
+    # Zeta 2: the window then >>>>>>> UPDATED (Zed strips it, cursortab's stop cuts it). No edit is
+    # the empty answer: Zed would write a NO_EDITS into the buffer (zeta_prompt reads V0211SeedCoder's
+    # answer as the window whatever it says); a model's NO_EDITS still reads as no edit.
     assert format_of("zeta2").render_answer(TEXT, new) == new + ">>>>>>> UPDATED\n"
+    assert format_of("zeta2").render_answer(TEXT, TEXT) == ""
     assert format_of("zeta2").parse_answer(new, TEXT) == new
+    assert format_of("zeta2").parse_answer("", TEXT) == TEXT
     assert format_of("zeta2").parse_answer("NO_EDITS\n>>>>>>> UPDATED\n", TEXT) == TEXT
     assert format_of("zeta2").parse_answer(new.replace("Args", "Args<|user_cursor|>"), TEXT) == new
     # Sweep: the continuation after the prefill (the recorded answer starts at the cursor's line).
@@ -148,3 +152,57 @@ def test_zeta21_a_change_at_a_block_boundary_still_spans_a_block():
     numbers = [int(n) for n in re.findall(r"<\|marker_(\d+)\|>", answer)]
     assert numbers[0] < numbers[-1]  # the same marker twice would read as "no edit"
     assert format_of("zeta21").parse_answer(answer, region) == new
+
+
+def _three_blocks() -> str:
+    # Three V0318 blocks: a boundary at the first non-blank line after a blank one, 6 lines on.
+    return "".join(f"{c}{i} = {i}\n" for c in "lmn" for i in range(8)).replace("l7 = 7\n", "\n").replace("m7 = 7\n", "\n")
+
+
+def test_zeta21_answer_writes_every_marker_of_its_span_as_zeds_encoder_does():
+    region = _three_blocks()
+    offsets = marker_offsets(region)
+    assert len(offsets) == 4 and region[offsets[1]:].startswith("m0") and region[offsets[2]:].startswith("n0")
+    # A change in block 1 and in block 2, lengths kept: each block's new text between its own markers.
+    new = region.replace("l6 = 6", "l6 = 7").replace("m1 = 1", "m1 = 2")
+    block1, block2 = new[:new.index("m0")], new[new.index("m0"):new.index("n0")]
+    answer = format_of("zeta21").render_answer(region, new)
+    assert answer == f"<|marker_1|>{block1}<|marker_2|>{block2}<|marker_3|><[end▁of▁sentence]>"
+    assert format_of("zeta21").parse_answer(answer, region) == new
+    # A line added to block 1 and one removed from block 2: the cut still falls on a line start,
+    # markers 1, 2, 3 in order, and the answer reads back to the new window.
+    grown = region.replace("l3 = 3\n", "l3 = 3\nextra = 1\n").replace("m2 = 2\n", "")
+    answer = format_of("zeta21").render_answer(region, grown)
+    assert [int(n) for n in re.findall(r"<\|marker_(\d+)\|>", answer)] == [1, 2, 3]
+    inner = answer.split("<|marker_2|>")[0].removeprefix("<|marker_1|>")
+    assert inner.endswith("\n") and format_of("zeta21").parse_answer(answer, region) == grown
+
+
+# Zed's own Sweep prompt (crates/edit_prediction/src/sweep_prompt.rs build_prompt): related files,
+# the recent changes as .diff blocks, then original/, current/ (no line range, no cursor) and an
+# empty updated/ block; the window is 10 lines above and below the cursor's, without its last newline.
+ZED_ROWS = [f"line {i}" for i in range(30)]  # a 30-line file, the cursor on row 10
+ZED_ORIGINAL = "\n".join(ZED_ROWS[:21])  # rows 0..20
+ZED_WINDOW = ZED_ORIGINAL.replace("line 10", "line ten")
+ZED_SWEEP = ("<|file_sep|>notes.txt\nsee line 9\n"
+             "<|file_sep|>a.txt.diff\noriginal:\nline 10\nupdated:\nline ten\n"
+             "<|file_sep|>original/a.txt\n" + ZED_ORIGINAL + "\n"
+             "<|file_sep|>current/a.txt\n" + ZED_WINDOW + "\n<|file_sep|>updated/a.txt\n")
+
+
+def test_sweep_reads_zeds_layout_as_zed_means_it():
+    assert detect_format(ZED_SWEEP) == "sweep"
+    parts = format_of("sweep").parse_prompt(ZED_SWEEP)
+    assert parts.layout == "zed" and parts.prefill == "" and parts.path == "a.txt"
+    assert parts.window == ZED_WINDOW  # the block's last newline is its separator: 10 lines follow the cursor's
+    assert parts.cursor == ZED_WINDOW.index("line ten") + len("line ten")  # where the windows differ
+    assert parts.snippets == (Snippet("notes.txt", "see line 9\n"),)
+    assert parts.history[0].sides() == ("line 10\n", "line ten\n")
+    sweep = format_of("sweep")
+    new = ZED_WINDOW.replace("line 11", "line eleven")
+    assert sweep.render_answer(ZED_WINDOW, new, parts.cursor, prefill="", layout="zed") == new + "<|file_sep|>"
+    assert sweep.render_answer(ZED_WINDOW, ZED_WINDOW, parts.cursor, prefill="", layout="zed") == "<|file_sep|>"  # no prediction
+    # Near the end of a file that ends with a newline the window keeps it (its last line is the empty one).
+    tail = "line 27\nline twenty-eight\nline 29\n"
+    end = "<|file_sep|>original/a.txt\nline 27\nline 28\nline 29\n<|file_sep|>current/a.txt\n" + tail + "<|file_sep|>updated/a.txt\n"
+    assert format_of("sweep").parse_prompt(end).window == tail

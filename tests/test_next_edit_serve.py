@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 
+import re
+
 import httpx
 import pytest
-from next_edit_scripted import ScriptedBackend
+from next_edit_scripted import ScriptedBackend, renamer
 from test_next_edit_formats import MERCURY, SWEEP, TEXT, ZETA2
 
 EXPECTED = TEXT.replace("#[derive(Debug)]", "#[derive(Debug, Serialize)]")
@@ -81,7 +83,7 @@ async def test_a_zeta2_prompt_on_completions_is_answered_as_zeta2():
     assert answer.status_code == 200, answer.text
     assert answer.json()["choices"][0]["text"] == EXPECTED  # the client's stop cut >>>>>>> UPDATED
     quiet = await _post(ScriptedBackend(lambda t, s: t), "/v1/completions", ZETA2_BODY)
-    assert quiet.json()["choices"][0]["text"] == "NO_EDITS\n"
+    assert quiet.json()["choices"][0]["text"] == ""  # cursortab's zeta2 provider: an empty answer is no completion
 
 
 async def test_a_sweep_prompt_is_answered_after_its_prefill():
@@ -102,6 +104,146 @@ async def test_other_prompts_still_get_the_ordinary_completion():
 async def test_a_malformed_mercury_prompt_is_one_line_400():
     answer = await _post(ScriptedBackend(_derive), "/v1/edit/completions", cursortab_mercury_body("no tags here"))
     assert answer.status_code == 400 and "mercury prompt" in answer.json()["error"]["message"]
+
+
+# -- Zed's OpenAI-compatible edit-prediction provider, on a running server ----------------------
+# Read from zed-industries/zed (crates/edit_prediction/src/open_ai_compatible.rs
+# send_custom_server_request, zeta.rs, fim.rs, sweep_prompt.rs; crates/zeta_prompt): Zed POSTs to
+# its `api_url` as written, with Content-Type application/json and the body RawCompletionRequest
+# serializes: model, prompt, max_tokens, stop (temperature and environment are None, so left out).
+# max_tokens is max_output_tokens (256 by default) times 4 for Zeta. It reads
+# RawCompletionResponse (id, object, created, model, choices[].text + finish_reason, usage: all
+# required) and takes choices[0].text.
+
+SHAPES_AFTER = "\n\nprint(area(2, 3))\n"
+SHAPES_HISTORY = ("<filename>edit_history\n--- a/shapes.py\n+++ b/shapes.py\n@@ -1,2 +1,2 @@\n-def area(width, height):\n"
+                  "+def area(w, height):\n     return width * height\n\n")
+SHAPES_REGION = "def area(w, height):\n    return width * height\n"
+RENAMED = SHAPES_REGION.replace("width *", "w *")
+# zeta_prompt's seed_coder (V0211SeedCoder, "Zeta 2") and multi_region (V0318SeedMultiRegions,
+# "Zeta 2.1"): suffix first, then the edit history, then the file with the editable region.
+ZED_ZETA2 = ("<[fim-suffix]>" + SHAPES_AFTER + "<[fim-prefix]>" + SHAPES_HISTORY + "<filename>shapes.py\n<<<<<<< CURRENT\n"
+             "def area(w<|user_cursor|>, height):\n    return width * height\n=======\n<[fim-middle]>")
+ZED_ZETA21 = ("<[fim-suffix]>" + SHAPES_AFTER + "<[fim-prefix]>" + SHAPES_HISTORY + "<filename>shapes.py\n<|marker_1|>"
+              "def area(w<|user_cursor|>, height):\n    return width * height\n<|marker_2|>\n<[fim-middle]>")
+END_OF_SENTENCE = "<[end▁of▁sentence]>"
+
+
+def zed_body(model: str, prompt: str, max_tokens: int, stop: list) -> dict:
+    return {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stop": stop}
+
+
+def zed_post(url: str, body: dict) -> str:
+    """What Zed's client does with the answer: fail on a non-2xx, parse RawCompletionResponse, take choices[0].text."""
+    answer = httpx.post(url + "/v1/completions", content=json.dumps(body), headers={"Content-Type": "application/json"}, timeout=120)
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    assert isinstance(data["id"], str) and isinstance(data["object"], str) and isinstance(data["created"], int)
+    assert isinstance(data["model"], str) and {"prompt_tokens", "completion_tokens", "total_tokens"} <= set(data["usage"])
+    assert all("text" in c and "finish_reason" in c for c in data["choices"])
+    return data["choices"][0]["text"] if data["choices"] else ""
+
+
+def zed_zeta2_window(text: str) -> str | None:
+    """zeta.rs: an empty answer is no prediction; zeta_prompt strips V0211SeedCoder's end marker and
+    takes the rest as the new editable region (there is no NO_EDITS for this format)."""
+    return None if text == "" else text.removesuffix(">>>>>>> UPDATED\n").replace("<|user_cursor|>", "")
+
+
+def zed_zeta21_window(text: str, old: str) -> str | None:
+    """multi_region::apply_marker_span_v0318: the text between consecutive markers replaces blocks
+    first..last; the same marker twice is the old region. Zed warns on a skipped marker: none here."""
+    from sharpen.core.next_edit.formats.zeta import marker_offsets
+
+    if text == "":
+        return None
+    text = text.removesuffix(END_OF_SENTENCE)
+    tags = list(re.finditer(r"<\|marker_(\d+)\|>", text))
+    numbers = [int(t.group(1)) for t in tags]
+    assert len(numbers) >= 2
+    if numbers[0] == numbers[-1]:
+        return old
+    assert numbers == list(range(numbers[0], numbers[-1] + 1))
+    offsets = marker_offsets(old)
+    content = "".join(text[a.end():b.start()] for a, b in zip(tags, tags[1:]))
+    return old[:offsets[numbers[0] - 1]] + content.replace("<|user_cursor|>", "") + old[offsets[numbers[-1] - 1]:]
+
+
+def zed_sweep_window(text: str, current: str) -> str | None:
+    """sweep_prompt.rs: cut at <|file_sep|> or </s>; empty or the current window is no prediction,
+    else the new window, diffed byte for byte against the current one."""
+    for stop in ("<|file_sep|>", "</s>"):
+        text = text.split(stop)[0]
+    return None if text in ("", current) else text
+
+
+@pytest.fixture
+def zed_server():
+    from serving import in_process_server
+
+    def serve(rewrite):
+        backend = ScriptedBackend(rewrite)
+        return backend, in_process_server(_app(backend))
+
+    return serve
+
+
+@pytest.mark.parametrize(("model", "prompt", "stop", "window"), [
+    ("zeta2", ZED_ZETA2, [], lambda text: zed_zeta2_window(text)),  # V0211SeedCoder: stop_tokens_for_format is empty
+    ("zeta2.1", ZED_ZETA21, [END_OF_SENTENCE], lambda text: zed_zeta21_window(text, SHAPES_REGION)),
+], ids=["zeta2", "zeta2.1"])
+def test_zed_zeta_bodies_are_answered_as_zed_parses_them(zed_server, model, prompt, stop, window):
+    backend, server = zed_server(renamer("width", "w"))
+    with server as url:
+        assert window(zed_post(url, zed_body(model, prompt, 1024, stop))) == RENAMED
+    (edit,) = backend.requests
+    assert edit.text == SHAPES_REGION + SHAPES_AFTER
+    _, quiet = zed_server(lambda text, span: text)
+    with quiet as url:
+        text = zed_post(url, zed_body(model, prompt, 1024, stop))
+    assert window(text) in (None, SHAPES_REGION)  # no prediction, never a NO_EDITS written into the buffer
+    assert "NO_EDITS" not in text
+
+
+@pytest.mark.parametrize("stop", [["<|file_sep|>", "</s>"], []])
+def test_zed_sweep_body_is_answered_with_the_whole_new_window(zed_server, stop):
+    from test_next_edit_formats import ZED_SWEEP, ZED_WINDOW
+
+    backend, server = zed_server(renamer("line 11", "line eleven"))
+    with server as url:
+        text = zed_post(url, zed_body("sweep-next-edit-1.5b", ZED_SWEEP, 256, stop))
+    assert zed_sweep_window(text, ZED_WINDOW) == ZED_WINDOW.replace("line 11", "line eleven")
+    (edit,) = backend.requests
+    assert edit.text == ZED_WINDOW  # the window alone: Zed sends no whole file
+    _, quiet = zed_server(lambda text, span: text)
+    with quiet as url:
+        assert zed_sweep_window(zed_post(url, zed_body("sweep-next-edit-1.5b", ZED_SWEEP, 256, stop)), ZED_WINDOW) is None
+
+
+# fim.rs format_fim_prompt and its stop list, for every prompt_format that is not Zeta or Sweep.
+ZED_FIM_STOP = ["<|endoftext|>", "<|file_separator|>", "<|fim_pad|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<PRE>", "<SUF>", "<MID>", "[PREFIX]", "[SUFFIX]"]
+FIM_PREFIX, FIM_SUFFIX = "def area(w, height):\n    return ", "\n\nprint(area(2, 3))\n"
+ZED_FIM = {
+    "code_llama": f"<PRE> {FIM_PREFIX} <SUF>{FIM_SUFFIX} <MID>",
+    "star_coder": f"<fim_prefix>{FIM_PREFIX}<fim_suffix>{FIM_SUFFIX}<fim_middle>",
+    "deepseek_coder": f"<\uff5cfim\u2581begin\uff5c>{FIM_PREFIX}<\uff5cfim\u2581hole\uff5c>{FIM_SUFFIX}<\uff5cfim\u2581end\uff5c>",
+    "qwen": f"<|fim_prefix|>{FIM_PREFIX}<|fim_suffix|>{FIM_SUFFIX}<|fim_middle|>",  # code_gemma too
+    "codestral": f"[SUFFIX]{FIM_SUFFIX}[PREFIX]{FIM_PREFIX}",
+    "glm": f"<|code_prefix|>{FIM_PREFIX}<|code_suffix|>{FIM_SUFFIX}<|code_middle|>",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZED_FIM))
+def test_zed_fim_bodies_fill_the_middle_at_the_cursor(zed_server, name):
+    backend, server = zed_server(lambda text, span: "w * height")
+    with server as url:
+        text = zed_post(url, zed_body("local", ZED_FIM[name], 256, ZED_FIM_STOP))
+    for token in ZED_FIM_STOP:  # fim.rs clean_fim_completion, then the text goes in at the cursor
+        text = text.split(token)[0]
+    assert text == "w * height"
+    (edit,) = backend.requests
+    assert edit.text == FIM_PREFIX + FIM_SUFFIX and [s.mode for s in edit.spans] == ["infill"]
 
 
 # -- `sharpen lsp`: textDocument/copilotInlineEdit through a JSON-RPC client over stdio ---------

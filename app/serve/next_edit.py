@@ -116,7 +116,7 @@ async def _answer(request: Request, body: dict, prompt: str, name: str, chat: bo
 
     def render(answer) -> str:
         new = window_after(edit, answer, window)
-        extra = {"prefill": parts.prefill} if name == "sweep" else {}
+        extra = {"prefill": parts.prefill, "layout": parts.layout} if name == "sweep" else {}
         return cut_at_stop(fmt.render_answer(old, new, parts.cursor, **extra), stops)[0]
 
     shape = _Shape(chat, server.info.name)

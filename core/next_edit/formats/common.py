@@ -23,6 +23,7 @@ class PromptParts:
     history: tuple[EditEvent, ...] = ()
     snippets: tuple[Snippet, ...] = ()
     prefill: str = ""  # Sweep: the start of the updated window the prompt already wrote
+    layout: str = ""  # which client's variant of the format ("zed": Zed's Sweep blocks)
 
     def request(self, **settings) -> NextEditRequest:
         """The request this prompt asks: the text it holds, one window."""

@@ -20,6 +20,16 @@ requests (lines joined with '\\n', the window's line range 1-based and inclusive
 
 The model continues the updated block (stop: `<|file_sep|>`, `<|endoftext|>`); the new window
 is the prefill followed by the answer. An unchanged window is "no edit".
+
+Zed's own Sweep prompt (crates/edit_prediction/src/sweep_prompt.rs, `"prompt_format": "sweep"` on
+its OpenAI-compatible provider) is the same blocks written differently, and is read as Zed means it:
+no whole-file block (the related files come first, as bare `<|file_sep|>path` blocks), block names
+without the `:first:last` line range, `original/` the window before the latest edit, `current/`
+without a `<|cursor|>` (the cursor is taken where the two windows differ, else at the window's end),
+and an empty `updated/` block. Zed's window is whole lines without the last line's newline, and
+`write_file_block` adds that newline to the prompt: it is the block's separator, not window text.
+Zed compares the answer (cut at `<|file_sep|>` or `</s>`) with its window byte for byte and diffs
+the two, so the answer is the whole new window without that newline.
 """
 from __future__ import annotations
 
@@ -33,6 +43,7 @@ NAME = "sweep"
 SEP = "<|file_sep|>"
 CURSOR = "<|cursor|>"
 STOP = (SEP, "<|endoftext|>")
+WINDOW_LINES_ABOVE = WINDOW_LINES_BELOW = 10  # Zed's sweep_prompt.rs window around the cursor's line
 _BLOCK = re.compile(r"^(original|current|updated)/(.*?)(?::(\d+):(\d+))?$")
 
 
@@ -78,44 +89,63 @@ def parse_prompt(prompt: str) -> PromptParts:
         raise FormatError("not a Sweep prompt: it needs current/ and updated/ blocks")
     m, current = kinds["current"]
     path = m.group(2)
+    zed = m.group(3) is None  # Zed's layout: no line range in the block names (module docstring)
     current = current.removesuffix("\n")
     if current.count(CURSOR) > 1:
         raise FormatError("the current block has more than one <|cursor|>")
     cursor = current.find(CURSOR)
-    cursor = len(current) if cursor == -1 else cursor
     region = current.replace(CURSOR, "") + "\n"
+    if zed:
+        region, cursor = _zed_window(region, kinds["original"][1] if "original" in kinds else region)
     prefill = kinds["updated"][1]
     history, snippets, before, after = [], [], "", ""
-    in_retrieval = False
     for head, body in named:
-        if _BLOCK.match(head):
-            continue
-        if head == "context/retrieval":
-            in_retrieval = True
+        if _BLOCK.match(head) or head.startswith("context/"):
             continue
         if head.endswith(".diff") and body.startswith("original:\n") and "\nupdated:\n" in body:
             old, _, new = body[len("original:\n"):].partition("\nupdated:\n")
             history.append(_event(head[:-len(".diff")], old, new.removesuffix("\n")))
-            in_retrieval = False
-        elif head == path and not in_retrieval and not before and not after:
+            continue
+        if head == path and not zed and not before and not after:  # cursortab's whole-file block
             whole = body.removesuffix("\n") + "\n"
             at = whole.find(region)
             if at != -1:
                 before, after = whole[:at], whole[at + len(region):]
-        elif head.startswith("context/"):
-            in_retrieval = False
-        elif in_retrieval:
-            snippets.append(Snippet(head, body))
-    return PromptParts(NAME, path, region, cursor, before, after, tuple(history), tuple(snippets), prefill)
+                continue
+        snippets.append(Snippet(head, body))  # a recently viewed file (cursortab's context/retrieval, Zed's related files)
+    return PromptParts(NAME, path, region, cursor, before, after, tuple(history), tuple(snippets), prefill, "zed" if zed else "")
+
+
+def _zed_window(block: str, original: str) -> tuple[str, int]:
+    """(window, cursor) of Zed's `current/` block (which ends with a newline). The cursor is where
+    the latest edit ended (the end of what differs from `original/`), else on the window's 11th line
+    (sweep_prompt.rs takes 10 lines above and below the cursor's). The block's last newline is the
+    window's own only when the window reached the end of a file that ends with one: then fewer
+    than 9 whole lines follow the cursor's (the file's empty last line is the 10th)."""
+    lines = block[:-1].split("\n")
+    if original != block:
+        suffix = 0
+        while suffix < min(len(original), len(block)) and original[-1 - suffix] == block[-1 - suffix]:
+            suffix += 1
+        cursor = len(block) - suffix
+    else:
+        row = min(WINDOW_LINES_ABOVE, len(lines) - 1)
+        cursor = sum(len(line) + 1 for line in lines[:row]) + len(lines[row])
+    below = len(lines) - 1 - block[:cursor].count("\n")
+    window = block if below < WINDOW_LINES_BELOW - 1 else block[:-1]
+    return window, min(cursor, len(window))
 
 
 def _event(path: str, old: str, new: str) -> EditEvent:
     return EditEvent(path, unified_diff(old + "\n", new + "\n"))
 
 
-def render_answer(old: str, new: str, cursor: int | None = None, prefill: str | None = None) -> str:
+def render_answer(old: str, new: str, cursor: int | None = None, prefill: str | None = None, layout: str = "") -> str:
     """The continuation of the updated block: the new window after the prefill, ended by the
-    next `<|file_sep|>`. A change above the cursor's line cannot follow a prefill: unchanged."""
+    next `<|file_sep|>`. A change above the cursor's line cannot follow a prefill: unchanged.
+    To Zed's layout, no edit is the empty answer (sweep_prompt.rs: no prediction)."""
+    if layout == "zed" and new == old:
+        return SEP
     prefill = prefill_of(old, cursor or 0) if prefill is None else prefill
     text = new if new.startswith(prefill) else old
     return text[len(prefill):] + SEP

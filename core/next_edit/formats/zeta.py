@@ -20,11 +20,16 @@ zeta-2 requests:
     =======
     <[fim-middle]>
 
-Zeta 2 answers the new window then `>>>>>>> UPDATED\n` (clients stop there), or `NO_EDITS`.
+Zeta 2 answers the new window then `>>>>>>> UPDATED\n`. Zed sends it with `"stop": []` and strips
+that end marker itself; it has no "no edit" word for this format (zeta_prompt's parse takes any
+text as the new window, so a `NO_EDITS` would be written into the buffer), and an empty answer is
+"no prediction" to Zed and to cursortab alike: sharpen answers "" when nothing changes (and still
+reads a model's `NO_EDITS`).
 Zeta 2.1 writes the window as numbered blocks instead, `<|marker_1|>lines<|marker_2|>lines
 ...<|marker_N|>` (a block boundary at a blank line after 6 lines, or after 16), and answers
-`<|marker_i|>new text of blocks i..j-1<|marker_j|><[end▁of▁sentence]>`; the same marker twice is
-"no edit".
+`<|marker_i|>block i<|marker_i+1|>block i+1...<|marker_j|><[end▁of▁sentence]>`, every marker of
+the span written as zeta_prompt's encoder does (Zed's parser warns on a skipped one); the same
+marker twice is "no edit".
 """
 from __future__ import annotations
 
@@ -100,12 +105,12 @@ class Zeta2:
 
     @staticmethod
     def render_answer(old: str, new: str, cursor: int | None = None) -> str:
-        return NO_EDITS + UPDATED if new == old else with_newline(new) + UPDATED
+        return "" if new == old else with_newline(new) + UPDATED  # "": no prediction (see the module's note)
 
     @staticmethod
     def parse_answer(answer: str, old: str) -> str:
         text = answer.split(UPDATED.rstrip("\n"))[0]
-        if text.strip().startswith(NO_EDITS.strip()):
+        if not text or text.strip().startswith(NO_EDITS.strip()):
             return old
         text, _ = _cut_cursor(text)
         if old.endswith("\n") and text and not text.endswith("\n"):
@@ -156,6 +161,35 @@ def marker_offsets(text: str, min_lines: int = MIN_BLOCK_LINES, max_lines: int =
     return offsets
 
 
+def _common_ends(a: str, b: str) -> tuple[int, int]:
+    """(common prefix, common suffix of what the prefix leaves) of two texts."""
+    prefix = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    suffix = 0
+    while suffix < min(len(a), len(b)) - prefix and a[-1 - suffix] == b[-1 - suffix]:
+        suffix += 1
+    return prefix, suffix
+
+
+def _map_boundary(at: int, old_len: int, new_len: int, prefix: int, suffix: int) -> int:
+    """Where an offset of the old span lands in the new one: unchanged before the change and
+    after it, proportionally inside it."""
+    if at <= prefix:
+        return at
+    if at >= old_len - suffix:
+        return new_len - (old_len - at)
+    old_changed, new_changed = max(0, old_len - prefix - suffix), max(0, new_len - prefix - suffix)
+    return prefix if old_changed == 0 else prefix + (at - prefix) * new_changed // old_changed
+
+
+def _line_start_at(text: str, at: int) -> int:
+    """`at` if a line starts there, else the next line's start (the last line's start at the end)."""
+    at = min(at, len(text))
+    if at >= len(text) or at == 0 or text[at - 1] == "\n":
+        return at
+    newline = text.find("\n", at)
+    return newline + 1 if newline != -1 else text.rfind("\n", 0, at) + 1
+
+
 def _structural_tail(trimmed: str) -> bool:
     return trimmed[0] in "}])" or trimmed.rstrip(";") in ("break", "continue", "return", "throw", "end")
 
@@ -192,22 +226,33 @@ class Zeta21:
 
     @staticmethod
     def render_answer(old: str, new: str, cursor: int | None = None) -> str:
-        """The smallest run of whole blocks covering the change, as zeta_prompt encodes it."""
+        """The smallest run of whole blocks covering the change, every block's marker written, as
+        zeta_prompt's V0318 encoder does: the new span is cut where the old boundaries map to,
+        snapped to a line start."""
         offsets = marker_offsets(old)
         if new == old:
             at = cursor or 0
             nearest = min(range(len(offsets)), key=lambda k: abs(offsets[k] - at)) + 1
             return marker(nearest) * 2 + END_OF_SENTENCE
-        prefix = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
-        suffix = 0
-        while suffix < min(len(old), len(new)) - prefix and old[-1 - suffix] == new[-1 - suffix]:
-            suffix += 1
+        prefix, suffix = _common_ends(old, new)
         start = max(k for k, o in enumerate(offsets) if o <= prefix)
         end = next((k for k, o in enumerate(offsets) if o >= len(old) - suffix), len(offsets) - 1)
         if start == end:  # a change at a boundary still spans a block
             end, start = (end + 1, start) if end < len(offsets) - 1 else (end, start - 1)
-        span = new[offsets[start]:len(new) - (len(old) - offsets[end])]
-        return f"{marker(start + 1)}{span}{marker(end + 1)}{END_OF_SENTENCE}"
+        old_span = old[offsets[start]:offsets[end]]
+        new_span = new[offsets[start]:len(new) - (len(old) - offsets[end])]
+        span_prefix, span_suffix = _common_ends(old_span, new_span)
+        out, cut = [], 0
+        for block in range(start, end):
+            if block + 1 == end:
+                stop = len(new_span)
+            else:
+                mapped = _map_boundary(offsets[block + 1] - offsets[start], len(old_span), len(new_span), span_prefix, span_suffix)
+                stop = _line_start_at(new_span, mapped)
+            stop = max(stop, cut)
+            out.append(marker(block + 1) + new_span[cut:stop])
+            cut = stop
+        return "".join(out) + marker(end + 1) + END_OF_SENTENCE
 
     @staticmethod
     def parse_answer(answer: str, old: str) -> str:
