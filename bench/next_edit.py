@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         def pct(v: float) -> str:
             return "-" if v != v else f"{v * 100:.0f}%"
 
-        print(f"{kind:12} {len(group):3d} {dchrf:9.1f} {pct(show):>6} {pct(quiet):>6} {score} "
+        shown_dchrf = f"{dchrf:9.1f}" if edits else f"{'-':>9}"  # the stay-quiet kind has no edit to compare
+        print(f"{kind:12} {len(group):3d} {shown_dchrf} {pct(show):>6} {pct(quiet):>6} {score} "
               f"{percentile(firsts, 0.5):7.3f}/{percentile(firsts, 0.9):<8.3f} {percentile(finals, 0.5):7.3f}/{percentile(finals, 0.9):<8.3f}")
     return 0
 
