@@ -127,6 +127,15 @@ ZED_ZETA2 = ("<[fim-suffix]>" + SHAPES_AFTER + "<[fim-prefix]>" + SHAPES_HISTORY
 ZED_ZETA21 = ("<[fim-suffix]>" + SHAPES_AFTER + "<[fim-prefix]>" + SHAPES_HISTORY + "<filename>shapes.py\n<|marker_1|>"
               "def area(w<|user_cursor|>, height):\n    return width * height\n<|marker_2|>\n<[fim-middle]>")
 END_OF_SENTENCE = "<[end▁of▁sentence]>"
+# zeta_prompt's zeta1 (`"prompt_format": "zeta"`): the instruction, the edits as ```diff blocks, the
+# excerpt with its editable region (a region that ends at a line's end, as Zed's ranges do).
+ZED_ZETA1 = ("### Instruction:\nYou are a code completion assistant and your task is to analyze user edits and then rewrite an "
+             "excerpt that the user provides, suggesting the appropriate edits within the excerpt, taking into account the "
+             "cursor location.\n\n### User Edits:\n\nUser edited shapes.py:\n```diff\n@@ -1,2 +1,2 @@\n-def area(width, height):\n"
+             "+def area(w, height):\n     return width * height\n\n```\n\n### User Excerpt:\n\n```shapes.py\n<|start_of_file|>\n"
+             "<|editable_region_start|>\ndef area(w<|user_cursor_is_here|>, height):\n    return width * height\n"
+             "<|editable_region_end|>\n" + SHAPES_AFTER + "\n```\n\n### Response:\n")  # the region's own last newline follows the marker
+ZETA1_END = "<|editable_region_end|>"
 
 
 def zed_body(model: str, prompt: str, max_tokens: int, stop: list) -> dict:
@@ -148,6 +157,16 @@ def zed_zeta2_window(text: str) -> str | None:
     """zeta.rs: an empty answer is no prediction; zeta_prompt strips V0211SeedCoder's end marker and
     takes the rest as the new editable region (there is no NO_EDITS for this format)."""
     return None if text == "" else text.removesuffix(">>>>>>> UPDATED\n").replace("<|user_cursor|>", "")
+
+
+def zed_zeta1_window(text: str) -> str:
+    """zeta_prompt's clean_zeta1_model_output (after the start marker and its newline, up to the end
+    marker less the newline before it), then zeta.rs gives the region a last newline."""
+    start, end = text.find("<|editable_region_start|>"), text.find(ZETA1_END)
+    start = 0 if start == -1 else start + len("<|editable_region_start|>") + text[start:].startswith("<|editable_region_start|>\n")
+    end = len(text) if end == -1 else end - (end > 0 and text[end - 1] == "\n")
+    region = text[start:end].replace("<|user_cursor_is_here|>", "")
+    return region if not region or region.endswith("\n") else region + "\n"
 
 
 def zed_zeta21_window(text: str, old: str) -> str | None:
@@ -189,9 +208,10 @@ def zed_server():
 
 
 @pytest.mark.parametrize(("model", "prompt", "stop", "window"), [
-    ("zeta2", ZED_ZETA2, [], lambda text: zed_zeta2_window(text)),  # V0211SeedCoder: stop_tokens_for_format is empty
+    ("zeta", ZED_ZETA1, [ZETA1_END, ZETA1_END + "\n", ZETA1_END + "\n\n", ZETA1_END + "\n\n\n"], zed_zeta1_window),
+    ("zeta2", ZED_ZETA2, [], zed_zeta2_window),  # V0211SeedCoder: stop_tokens_for_format is empty
     ("zeta2.1", ZED_ZETA21, [END_OF_SENTENCE], lambda text: zed_zeta21_window(text, SHAPES_REGION)),
-], ids=["zeta2", "zeta2.1"])
+], ids=["zeta1", "zeta2", "zeta2.1"])
 def test_zed_zeta_bodies_are_answered_as_zed_parses_them(zed_server, model, prompt, stop, window):
     backend, server = zed_server(renamer("width", "w"))
     with server as url:
@@ -203,6 +223,22 @@ def test_zed_zeta_bodies_are_answered_as_zed_parses_them(zed_server, model, prom
         text = zed_post(url, zed_body(model, prompt, 1024, stop))
     assert window(text) in (None, SHAPES_REGION)  # no prediction, never a NO_EDITS written into the buffer
     assert "NO_EDITS" not in text
+
+
+def test_zeta1_builds_zeds_prompt_byte_for_byte_and_reads_it_back():
+    from sharpen.core.next_edit.formats import detect_format, format_of
+    from sharpen.core.next_edit.history import EditEvent
+    from sharpen.core.next_edit.request import NextEditRequest, Window
+
+    text = SHAPES_REGION + SHAPES_AFTER
+    event = EditEvent("shapes.py", "@@ -1,2 +1,2 @@\n-def area(width, height):\n+def area(w, height):\n     return width * height\n")
+    request = NextEditRequest("shapes.py", text, len("def area(w"), (Window(0, len(SHAPES_REGION) - 1),), (event,))
+    zeta1 = format_of("zeta1")
+    assert zeta1.build(request) == ZED_ZETA1 and detect_format(ZED_ZETA1) == "zeta1"
+    back = zeta1.parse_prompt(ZED_ZETA1).request()
+    assert (back.text, back.cursor, back.windows, back.history) == (text, request.cursor, request.windows, (event,))
+    answer = zeta1.render_answer(SHAPES_REGION[:-1], RENAMED[:-1])
+    assert zed_zeta1_window(answer) == RENAMED and zeta1.parse_answer(answer, SHAPES_REGION[:-1]) == RENAMED[:-1]
 
 
 @pytest.mark.parametrize("stop", [["<|file_sep|>", "</s>"], []])

@@ -1,4 +1,4 @@
-"""Next-edit endpoints: Mercury's POST /v1/edit/completions, and the Zeta 2 / 2.1 and Sweep
+"""Next-edit endpoints: Mercury's POST /v1/edit/completions, and the Zeta 1 / 2 / 2.1 and Sweep
 prompts that Zed's OpenAI-compatible edit-prediction provider (and cursortab.nvim) send to
 /v1/completions, each answered in its own format (core/next_edit/formats/).
 
@@ -8,7 +8,7 @@ prompts that Zed's OpenAI-compatible edit-prediction provider (and cursortab.nvi
   `stream` with `diffusing` sends one chunk per denoising step, each the whole current draft
   (which replaces the last); `stream` alone sends the answer in one chunk.
 - /v1/completions: `completions_or(fallback)` wraps the route's handler: a prompt that
-  detect_format reads as zeta2, zeta21 or sweep is predicted here and answered as that model
+  detect_format reads as zeta1, zeta2, zeta21 or sweep is predicted here and answered as that model
   would (the client's `stop` strings cut it, as any OpenAI server does); every other body goes
   to the fallback untouched (its bytes replayed).
 
@@ -30,7 +30,7 @@ from ...core.next_edit.predict import NextEditDone, NextEditDraft, predict, wind
 from .bridge import Stopped, cancel_on_disconnect, start_run
 from .common import SSE_HEADERS, HTTPError, read_body, cut_at_stop, error_body, field_of, prompt_of, sampling_of, server_of, sse, stop_strings, status_of
 
-NEXT_EDIT_FORMATS = ("zeta2", "zeta21", "sweep")  # what /v1/completions answers as a next edit
+NEXT_EDIT_FORMATS = ("zeta1", "zeta2", "zeta21", "sweep")  # what /v1/completions answers as a next edit
 
 
 class _Predicting:

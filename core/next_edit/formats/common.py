@@ -75,4 +75,6 @@ def detect_format(prompt: str) -> str | None:
             return "zeta21"
     if "<|code_to_edit|>" in prompt and "<|/code_to_edit|>" in prompt:
         return "mercury"
+    if prompt.startswith("### Instruction:") and "<|editable_region_start|>" in prompt and "<|editable_region_end|>" in prompt:
+        return "zeta1"
     return None
