@@ -361,3 +361,32 @@ async def test_copilot_inline_edit_follows_the_edit_the_document_just_had():
         await client.shutdown_async(None)
         client.exit(None)
         await client.stop()
+
+
+async def test_copilot_inline_edit_with_cursortabs_whole_document_sync():
+    """cursortab.nvim (server/buffer/buffer.go SendCopilotNESRequest) syncs the buffer before each
+    request with one didChange whose range runs from 0:0 to line 2147483647 (INT32_MAX) and whose
+    text is the buffer's lines joined by newlines, then asks with make_position_params (UTF-16)
+    plus the version: no context."""
+    import sys
+    from pathlib import Path
+
+    from lsprotocol import types as lsp
+
+    client = await _lsp_client(sys.executable, "-c", SCRIPTED_LSP.format(tests=str(Path(__file__).parent)))
+    try:
+        uri = "file:///tmp/shapes.py"
+        client.text_document_did_open(lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem(uri, "python", 1, SHAPES)))
+        renamed = SHAPES.replace("def area(width,", "def area(w,")
+        whole = lsp.TextDocumentContentChangePartial(range=lsp.Range(lsp.Position(0, 0), lsp.Position(2147483647, 0)),
+                                                     text=renamed.removesuffix("\n"))
+        client.text_document_did_change(lsp.DidChangeTextDocumentParams(lsp.VersionedTextDocumentIdentifier(version=2, uri=uri), [whole]))
+        params = {"textDocument": {"uri": uri, "version": 2}, "position": {"line": 0, "character": 10}}
+        result = _as_dict(await asyncio.wait_for(client.protocol.send_request_async("textDocument/copilotInlineEdit", params), 120))
+        (edit,) = result["edits"]
+        assert (edit["range"], edit["text"], edit["textDocument"]) == (
+            {"start": {"line": 1, "character": 11}, "end": {"line": 1, "character": 16}}, "w", {"uri": uri, "version": 2})
+    finally:
+        await client.shutdown_async(None)
+        client.exit(None)
+        await client.stop()
