@@ -93,6 +93,22 @@ async def test_a_sweep_prompt_is_answered_after_its_prefill():
     assert answer.json()["choices"][0]["text"] == TEXT.replace("MissingKey", "AbsentKey")[len("#[derive(Debug)]\n"):]
 
 
+# cursortab.nvim's recorded "zeta" (Zeta 1) request and answer (server/eval/scenarios/02-js-greet-return/zeta.ndjson).
+CURSORTAB_ZETA1_BODY = {
+    "model": "zeta", "temperature": 0, "max_tokens": 2048, "stop": ["\n<|editable_region_end|>"], "n": 1, "echo": False, "stream": False,
+    "prompt": ("### Instruction:\nYou are a code completion assistant and your task is to analyze user edits and then rewrite an "
+               "excerpt that the user provides, suggesting the appropriate edits within the excerpt, taking into account the "
+               "cursor location.\n\n### User Edits:\n\n\n\n### User Excerpt:\n\n```greet.js\n<|start_of_file|>\n"
+               "<|editable_region_start|>\nfunction greet(name) {\n  return \"hello\"<|user_cursor_is_here|>;\n}\n"
+               "<|editable_region_end|>\n```\n\n### Response:\n")}
+
+
+async def test_cursortabs_zeta1_request_gets_the_answer_its_recorded_model_gave():
+    backend = ScriptedBackend(lambda text, span: text.replace('"hello"', '"hello " + name'))
+    answer = await _post(backend, "/v1/completions", CURSORTAB_ZETA1_BODY)
+    assert answer.json()["choices"][0]["text"] == '<|editable_region_start|>\nfunction greet(name) {\n  return "hello " + name;\n}'
+
+
 async def test_other_prompts_still_get_the_ordinary_completion():
     backend = ScriptedBackend(lambda t, s: "filled")
     answer = await _post(backend, "/v1/completions", {"prompt": "def f():\n    return", "max_tokens": 4})
