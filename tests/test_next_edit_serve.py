@@ -33,9 +33,10 @@ async def _post(backend, path: str, body: dict) -> httpx.Response:
         return await client.post(path, json=body, timeout=60)
 
 
-# Zed's crates/edit_prediction/src/mercury.rs: an OpenAI chat request, the prompt in one user message.
+# Zed's crates/edit_prediction/src/mercury.rs: open_ai::Request with the prompt in one user message;
+# crates/open_ai leaves out the empty `stop` and `tools` and every None field.
 def zed_mercury_body(prompt: str) -> dict:
-    return {"model": "mercury-coder", "messages": [{"role": "user", "content": prompt}], "stream": False, "stop": [], "tools": []}
+    return {"model": "mercury-coder", "messages": [{"role": "user", "content": prompt}], "stream": False}
 
 
 # cursortab.nvim's recorded Mercury request (server/eval/scenarios/*/mercuryapi.ndjson).
@@ -53,6 +54,31 @@ async def test_mercury_edit_completions_answers_the_rewritten_region_fenced(body
     assert data["choices"][0]["message"]["content"] == "```\n" + EXPECTED + "```"  # what Zed strips and diffs
     (edit,) = backend.requests
     assert edit.text == TEXT and [s.mode for s in edit.spans] == ["rewrite"]
+
+
+# mercury.rs build_prompt: each section's content then "\n" then its closing tag (push_delimited), no
+# blank lines; the editable region (whole lines, without the last newline) inside the file's text.
+ZED_MERCURY = ("<|recently_viewed_code_snippets|>\n\n<|/recently_viewed_code_snippets|>\n<|current_file_content|>\n"
+               "current_file_path: shapes.py\n<|code_to_edit|>\ndef area(w<|cursor|>, height):\n    return width * height\n"
+               "<|/code_to_edit|>\n\n\nprint(area(2, 3))\n\n<|/current_file_content|>\n<|edit_diff_history|>\n"
+               "--- a/shapes.py\n+++ b/shapes.py\n@@ -1,2 +1,2 @@\n-def area(width, height):\n+def area(w, height):\n"
+               "     return width * height\n\n<|/edit_diff_history|>\n")
+
+
+def zed_mercury_window(content: str) -> str | None:
+    """mercury.rs: strip a leading "```\\n" and a trailing "\\n```"; "None" is no prediction, else the
+    text is diffed against the editable region."""
+    content = content.removeprefix("```\n").removesuffix("\n```")
+    return None if content == "None" else content
+
+
+async def test_zeds_mercury_request_is_answered_as_zed_reads_it():
+    answer = await _post(ScriptedBackend(renamer("width", "w")), "/v1/edit/completions", zed_mercury_body(ZED_MERCURY))
+    data = answer.json()  # open_ai::Response: id, object, created, model, choices[].message + finish_reason, usage
+    assert {"id", "object", "created", "model", "choices", "usage"} <= set(data) and data["choices"][0]["finish_reason"] == "stop"
+    assert zed_mercury_window(data["choices"][0]["message"]["content"]) == RENAMED[:-1]  # the region as Zed holds it
+    quiet = await _post(ScriptedBackend(lambda t, s: t), "/v1/edit/completions", zed_mercury_body(ZED_MERCURY))
+    assert zed_mercury_window(quiet.json()["choices"][0]["message"]["content"]) is None
 
 
 async def test_mercury_no_prediction_is_None():
