@@ -190,6 +190,11 @@ ZED_SWEEP = ("<|file_sep|>notes.txt\nsee line 9\n"
              "<|file_sep|>current/a.txt\n" + ZED_WINDOW + "\n<|file_sep|>updated/a.txt\n")
 
 
+def test_sweep_without_a_cursor_marker_puts_the_cursor_at_the_windows_last_line_end():
+    parts = format_of("sweep").parse_prompt(SWEEP.replace("<|cursor|>", ""))
+    assert parts.window == TEXT and parts.cursor == len(TEXT) - 1
+
+
 def test_sweep_reads_zeds_layout_as_zed_means_it():
     assert detect_format(ZED_SWEEP) == "sweep"
     parts = format_of("sweep").parse_prompt(ZED_SWEEP)

@@ -95,6 +95,7 @@ def parse_prompt(prompt: str) -> PromptParts:
         raise FormatError("the current block has more than one <|cursor|>")
     cursor = current.find(CURSOR)
     region = current.replace(CURSOR, "") + "\n"
+    cursor = len(region) - 1 if cursor == -1 else cursor  # no marker: the window's last line's end
     if zed:
         region, cursor = _zed_window(region, kinds["original"][1] if "original" in kinds else region)
     prefill = kinds["updated"][1]
