@@ -13,12 +13,13 @@ from next_edit_scripted import ScriptedBackend, renamer
 from pilot import make_app, wait_for
 
 from sharpen.app.config import Config
-from sharpen.core.next_edit.request import Hunk
+from sharpen.core.next_edit.request import Hunk, NextEditAnswer
 from sharpen.app.tui.ghost import SHOWN as GHOST_SHOWN
-from sharpen.app.tui.messages import ModelLoaded
+from sharpen.app.tui.messages import EditProgress, ModelLoaded, RunStats
 from sharpen.app.tui.next_edit_actions import next_line, next_word
 from sharpen.app.tui.next_edit_overlay import RUNNING, SHOWN, next_edit_default, off_screen, one_change
 from sharpen.app.tui.preview import DELETED, GHOST, INSERTED
+from sharpen.app.tui.run_state import ModelRun
 
 SIZE = (100, 32)
 SOURCE = "def area(width, height):\n    return width * height\n\n\ndef show(width):\n    print(width)\n"
@@ -54,10 +55,26 @@ def kinds(pane) -> set[str]:
     return {kind for styles in pane.preview.layout_shown.line_styles.values() for *_, kind in styles}
 
 
+class Paced(ScriptedBackend):
+    """Each step takes `seconds`, as a model's do: the run's board draws its latest frame between
+    steps (frames queued behind the result are not drawn, so an instant script shows none)."""
+
+    def __init__(self, *args, seconds: float = 0.05, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.seconds = seconds
+        self.ran = 0  # the steps it ran
+
+    def run(self, request, should_stop=lambda: False, every=0.0):
+        for event in super().run(request, should_stop, every):
+            self.ran += 1
+            time.sleep(self.seconds)
+            yield event
+
+
 async def test_a_rename_proposes_the_other_uses_tab_jumps_tab_applies_undo_restores(source):
     app = make_app([source], config())
     async with app.run_test(size=SIZE) as pilot:
-        await load(app, pilot, ScriptedBackend(renamer("width", "w")))
+        await load(app, pilot, Paced(renamer("width", "w")))
         pane = app.active_pane()
         editor, next_edit = pane.editor, pane.next_edit
         assert next_edit.enabled
@@ -149,22 +166,8 @@ async def test_drafts_whose_hunks_move_are_drawn_over_the_buffer_as_it_is(source
         assert pane.preview.text == SOURCE.replace("print", "printlog")
 
 
-class SlowScripted(ScriptedBackend):
-    """Each step takes 0.15 s; counts the steps it ran."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, steps=20, **kwargs)
-        self.ran = 0
-
-    def run(self, request, should_stop=lambda: False, every=0.0):
-        for event in super().run(request, should_stop, every):
-            self.ran += 1
-            time.sleep(0.15)
-            yield event
-
-
 async def test_typing_cancels_a_running_prediction_at_its_next_step(source):
-    backend = SlowScripted(renamer("width", "w"))
+    backend = Paced(renamer("width", "w"), seconds=0.15, steps=20)
     app = make_app([source], config())
     async with app.run_test(size=SIZE) as pilot:
         await load(app, pilot, backend)
@@ -174,11 +177,40 @@ async def test_typing_cancels_a_running_prediction_at_its_next_step(source):
         await wait_for(pilot, lambda: next_edit.state == RUNNING and backend.ran >= 1)
         run = next_edit.run
         await pilot.press("x")  # typing on: the run is stale
-        assert run.stopped and next_edit.run is not run
+        assert run.stop.is_set() and next_edit.run is not run
         await pilot.press("escape")  # and no new one (the next pause's) in this test
         await pilot.pause(0.6)
-        assert backend.ran < 10 and run.answer is None  # it stopped long before its 21 events
+        assert backend.ran < 10 and run.result is None  # it stopped long before its 21 events
         assert next_edit.state is None and next_edit.offer is None
+
+
+async def test_a_prediction_is_a_model_run_on_the_panes_board_and_a_superseded_ones_late_frame_is_not_drawn(source):
+    backend = Paced(renamer("width", "w"), seconds=0.15, steps=20)
+    app = make_app([source], config())
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, backend)
+        pane = app.active_pane()
+        editor, next_edit = pane.editor, pane.next_edit
+        await rename_parameter(pilot, editor)
+        await wait_for(pilot, lambda: next_edit.state == RUNNING and backend.ran >= 1)
+        stale = next_edit.run
+        assert isinstance(stale, ModelRun) and stale.purpose == "next-edit" and pane.runs.live(stale)
+        assert stale.request.text == RENAMED and stale.text == RENAMED
+        await pilot.press("x")  # a newer edit: the stale run is stopped on the board
+        assert stale.stop.is_set() and not pane.runs.live(stale)
+        await wait_for(pilot, lambda: next_edit.state == RUNNING and next_edit.run is not None)
+        newer = next_edit.run
+        assert newer is not stale and pane.runs.live(newer) and newer.text != stale.text
+        drafts = len(stale.drafts)
+        late = NextEditAnswer((Hunk(0, 3, "LATE", 0.9),))
+        pane.post_message(EditProgress(stale.id, [], RunStats(5, 20, 0, 0, 0.1), draft=late))
+        await pilot.pause(0.05)
+        assert len(stale.drafts) == drafts and "LATE" not in pane.preview.text  # dropped by the board
+        await pilot.press("escape")  # Esc: the board's stop
+        assert newer.stop.is_set() and not pane.runs.live(newer) and next_edit.run is None
+        ran = backend.ran
+        await pilot.pause(0.5)
+        assert backend.ran <= ran + 1  # it stopped at its next step
 
 
 async def test_no_edit_draws_nothing(source):
@@ -189,7 +221,7 @@ async def test_no_edit_draws_nothing(source):
         editor, next_edit = pane.editor, pane.next_edit
         await rename_parameter(pilot, editor)
         await wait_for(pilot, lambda: next_edit.last is not None)
-        assert next_edit.last.answer.quiet and next_edit.state is None and next_edit.offer is None
+        assert next_edit.last.result.answer.quiet and next_edit.state is None and next_edit.offer is None
         assert not pane.has_class("-previewing") and not pane.notice.startswith("next edit")
 
 
