@@ -19,6 +19,7 @@ from sharpen.app.tui.messages import EditProgress, ModelLoaded, RunStats
 from sharpen.app.tui.next_edit_actions import next_line, next_word
 from sharpen.app.tui.next_edit_overlay import RUNNING, SHOWN, next_edit_default, off_screen, one_change
 from sharpen.app.tui.preview import DELETED, GHOST, INSERTED
+from sharpen.app.tui.preview_view import MARGIN_ROWS
 from sharpen.app.tui.run_state import ModelRun
 
 SIZE = (100, 32)
@@ -53,6 +54,45 @@ async def rename_parameter(pilot, editor) -> None:
 
 def kinds(pane) -> set[str]:
     return {kind for styles in pane.preview.layout_shown.line_styles.values() for *_, kind in styles}
+
+
+async def test_a_frame_on_a_long_buffer_rebuilds_only_the_lines_its_hunks_touch(tmp_path):
+    """The layer holds the view and a margin (not 5,000 lines), and a draft over the same text
+    replaces only the rows whose drawing changed: counted as rows handed to the layer."""
+    path = tmp_path / "long.py"
+    path.write_text("x = 1\n" * 2500 + SOURCE + "y = 2\n" * 2500)
+    app = make_app([path], config())
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.active_pane()
+        editor, preview, next_edit = pane.editor, pane.preview, pane.next_edit
+        editor.move_cursor((2504, 0))
+        editor.scroll_cursor_visible()
+        await pilot.pause()
+        built = []  # rows handed to the layer per call: ("load", rows) / ("replace", rows)
+        load_text, replace = preview.load_text, preview.replace
+        preview.load_text = lambda text: (built.append(("load", text.count("\n") + 1)), load_text(text))[1]
+        preview.replace = lambda text, start, end: (built.append(("replace", text.count("\n") + 1)), replace(text, start, end))[1]
+        text = editor.buffer_text  # a run's drafts are all over one snapshot
+        uses = [i for i in range(len(text)) if text.startswith("width", i)]
+
+        def draft(**news):  # hunks on the uses: u0="w" writes "w" over the first `width`
+            return [Hunk(uses[int(k[1:])], uses[int(k[1:])] + 5, new, 0.9) for k, new in sorted(news.items())]
+
+        next_edit._draw(text, draft(u0="w"), None)
+        assert [kind for kind, _ in built] == ["load"] and built[0][1] < 2 * MARGIN_ROWS + SIZE[1] + 2  # the window, not the file
+        first = preview.line_number_start - 1
+        row = lambda line: preview.document.get_line(line - first)
+        assert row(2500) == "def area(widthw, height):"
+        built.clear()
+        next_edit._draw(text, draft(u0="w", u1="w"), None)  # the next frame: a second hunk, on the line below
+        assert built == [("replace", 1)]  # that line only: the first hunk's line draws the same
+        assert row(2501) == "    return widthw * height"
+        built.clear()
+        next_edit._draw(text, draft(u0="wi", u3="w"), None)  # lines 2500, 2501 and 2505 change; 2502-2504 do not
+        assert sorted(built) == [("replace", 1), ("replace", 2)]
+        assert (row(2500), row(2501), row(2504), row(2505)) == ("def area(widthwi, height):", "    return width * height",
+                                                                 "def show(width):", "    print(widthw)")
+        assert editor.text == text  # the buffer is never written
 
 
 class Paced(ScriptedBackend):

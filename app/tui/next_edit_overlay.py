@@ -26,7 +26,7 @@ from ...core.next_edit.request import Hunk, NextEditAnswer, NextEditRequest
 from .messages import EditFailed, EditFinished, EditProgress
 from .preview import DELETED, INSERTED, NEXT_EDIT_CURRENT as CURRENT, Piece
 from .pause import FiresAfterPause
-from .preview_view import top_line
+from .preview_view import lines_around, shows_view, top_line
 from .run_state import ModelRun
 
 NEWLINE_GLYPH = "⏎"  # an inserted line break, drawn in place so the rows below never move
@@ -100,6 +100,9 @@ class NextEditor(FiresAfterPause):
         self._typed_at = 0.0
         self._timer = None
         self._applying = False  # the change coming in is a hunk Tab applied (history: predicted)
+        # What the layer shows now, drawn by this: (the text under it, its window, the layout);
+        # a frame over the same text and window replaces only the lines that changed.
+        self._drawn: tuple[str, tuple[int, int, int, int], object] | None = None
 
     # -- switching it on and off ----------------------------------------------------------
 
@@ -318,23 +321,38 @@ class NextEditor(FiresAfterPause):
         return above, below
 
     def scrolled(self) -> None:
-        """The editor scrolled: the gutter's arrows and the status bar's count follow."""
+        """The editor scrolled: past the layer's lines the hunks are drawn again around the view;
+        the gutter's arrows and the status bar's count follow."""
+        if self.state in (RUNNING, SHOWN) and self._drawn is not None and not shows_view(self.pane.editor, self._drawn[1]):
+            if self.shown:
+                self._draw_offer()
+                return
+            if self.run is not None and self.run.drafts:
+                self._draw(self.run.text, self.run.drafts[-1].hunks, None)
         if self.shown:
             self._note()
 
     def _draw(self, text: str, hunks, current: int | None) -> None:
+        """`hunks` over `text` (the buffer the run started from, or as it is now) in the layer.
+        The layer holds the view and a margin of lines each side (as the ghost's), so a frame costs
+        the same in any file longer than that; a hunk outside them is off screen (the gutter and
+        the status bar say where). A frame over the text and window of the last replaces only
+        the lines whose drawing changed (preview_view.changed_rows); the first loads the window."""
         pane = self.pane
-        spans = [(h.start, h.end) for h in hunks]
-        pieces = [hunk_pieces(text, h, i == current) for i, h in enumerate(hunks)]
-        if not spans:  # a draft with nothing in it yet: the layer shows the buffer as it is
-            spans, pieces = [(0, 0)], [[]]
-        # Never same_run: the layer's fast path keeps the text outside the first and last span as
-        # it was, and a draft's hunks move (a ghost's one span does not).
-        pane.show_overlay(text, spans, pieces, same_run=False)
+        drawn = self._drawn
+        same_text = drawn is not None and pane.preview.layout_shown is drawn[2] and (drawn[0] is text or drawn[0] == text)
+        window = drawn[1] if same_text and shows_view(pane.editor, drawn[1]) else lines_around(pane.editor, pane.editor.selection.end[0], len(text))
+        start, end = window[2:]
+        inside = [(i, h) for i, h in enumerate(hunks) if start <= h.start and h.end <= end]
+        spans = [(h.start, h.end) for _, h in inside]
+        pieces = [hunk_pieces(text, h, i == current) for i, h in inside]
+        pane.show_overlay(text, spans, pieces, same_run=same_text and window == drawn[1], window=window)
+        self._drawn = (text, window, pane.preview.layout_shown)
         pane.set_class(True, "-previewing")
 
     def _hide(self) -> None:
         pane = self.pane
+        self._drawn = None
         pane.preview.gutter_arrows = (False, False)
         if pane.notice.startswith(NOTICE):
             pane.notice = ""
