@@ -195,6 +195,30 @@ async def test_a_hunk_below_the_view_is_marked_in_the_gutter_and_the_status_bar(
         assert "below" not in pane.notice and "above" not in pane.notice
 
 
+async def test_tab_to_a_hunk_past_the_layers_lines_draws_it_around_the_new_view(tmp_path):
+    """The layer holds the view and 100 lines each side: a jump 400 lines down draws the layer
+    again there, the hunk in it as an edit."""
+    path = tmp_path / "far.py"
+    path.write_text(SOURCE + "\n" * 400 + "print(width)\n")
+    app = make_app([path], config())
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, ScriptedBackend(renamer("width", "w")))
+        pane = app.active_pane()
+        editor, preview, next_edit = pane.editor, pane.preview, pane.next_edit
+        await rename_parameter(pilot, editor)
+        await wait_for(pilot, lambda: next_edit.state == SHOWN and len(next_edit.offer.hunks) == 4)
+        assert preview.document.line_count < 407  # the far use is not in the layer yet
+        for _ in range(3):
+            await pilot.press("tab", "tab")
+        await pilot.press("tab")  # jumps 400 lines down
+        await wait_for(pilot, lambda: preview.line_number_start > 1)
+        row = editor.selection.end[0] - (preview.line_number_start - 1)
+        assert editor.selection.end[0] == 406 and preview.document.get_line(row) == "print(widthw)"
+        assert [kind for *_, kind in preview.layout_shown.styles_for(row)] == [DELETED, "next-edit-current"]
+        await pilot.press("tab")
+        assert editor.document.get_line(406) == "print(w)" and next_edit.state is None
+
+
 async def test_drafts_whose_hunks_move_are_drawn_over_the_buffer_as_it_is(source):
     """A draft's hunk may sit elsewhere than the last one's: each is drawn over the buffer's text."""
     app = make_app([source], config())
