@@ -238,10 +238,12 @@ async def test_typing_cancels_a_running_prediction_at_its_next_step(source):
         pane = app.active_pane()
         editor, next_edit = pane.editor, pane.next_edit
         await rename_parameter(pilot, editor)
-        await wait_for(pilot, lambda: next_edit.state == RUNNING and backend.ran >= 1)
+        await wait_for(pilot, lambda: next_edit.state == RUNNING and next_edit.run.drafts)
         run = next_edit.run
+        assert run.drafts and pane.has_class("-previewing")
         await pilot.press("x")  # typing on: the run is stale
         assert run.stop.is_set() and next_edit.run is not run
+        assert not pane.has_class("-previewing")  # its draft is gone: the layer would hide what was typed
         await pilot.press("escape")  # and no new one (the next pause's) in this test
         await pilot.pause(0.6)
         assert backend.ran < 10 and run.result is None  # it stopped long before its 21 events

@@ -153,6 +153,7 @@ class NextEditor(FiresAfterPause):
             return  # the offer was already mapped through the hunk it applied
         if self.state == RUNNING:
             self._stop()
+            self._hide()  # its draft was for the text before this edit: drawn over it, the typing would not show
         if self.offer is not None:
             self.offer = self.offer.after_edit(changes)
             if self.offer is not None:
