@@ -87,3 +87,40 @@ def test_a_run_whose_events_end_without_a_result_fails_instead_of_running_for_ev
     run = start(board, owner)
     board.deliver(EditCancelled(run.id))  # nobody stopped it
     assert owner.told == [("failed", "the model stopped without a result")] and not board.live(run)
+
+
+def test_a_next_edit_prediction_is_a_run_on_the_board_whose_frames_carry_drafts():
+    """Next-edit prediction takes the board's one worker path (run_state.RunBoard.start_next_edit):
+    its job posts drafts as frames and its answer as the result; a stop ends it at its next step."""
+    from next_edit_scripted import ScriptedBackend, renamer
+
+    from sharpen.core.next_edit.history import EditHistory
+    from sharpen.core.next_edit.predict import NextEditDone
+    from sharpen.core.next_edit.request import NextEditRequest
+
+    text = "def f(w):\n    return width\n"
+    request = NextEditRequest.around("f.py", text, 7, EditHistory().events())
+    host, owner, posted = Host(), Owner(), []
+    host.post_message = posted.append  # the worker's messages, run here in this thread
+    board = RunBoard(host)
+    run = board.start_next_edit(request, owner, ScriptedBackend(renamer("width", "w")), Config())
+    work, options = host.workers[0]
+    assert run.purpose == "next-edit" == options["group"] and options["thread"] and board.live(run) and run.request is request
+    work()
+    drafts = [m for m in posted if isinstance(m, EditProgress)]
+    assert drafts and all(m.run_id == run.id and m.draft is not None for m in drafts)
+    assert isinstance(posted[-1], EditFinished) and isinstance(posted[-1].result, NextEditDone)
+    assert [h.text for h in posted[-1].result.answer.hunks] == ["w"]
+    for message in posted:
+        board.deliver(message)
+    host.run_later()
+    assert owner.told[-1][0] == "finished" and not board.live(run) and run.result is posted[-1].result
+
+    stopped, posted[:] = board.start_next_edit(request, owner, ScriptedBackend(renamer("width", "w")), Config()), []
+    board.stop(stopped)
+    host.workers[-1][0]()  # the stop was set before its first step: it ends without a result
+    assert [type(m) for m in posted] == [EditCancelled]
+    told = len(owner.told)
+    for message in posted:
+        board.deliver(message)
+    assert len(owner.told) == told  # a stopped run's news is dropped

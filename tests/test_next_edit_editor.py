@@ -13,12 +13,14 @@ from next_edit_scripted import ScriptedBackend, renamer
 from pilot import make_app, wait_for
 
 from sharpen.app.config import Config
-from sharpen.core.next_edit.request import Hunk
+from sharpen.core.next_edit.request import Hunk, NextEditAnswer
 from sharpen.app.tui.ghost import SHOWN as GHOST_SHOWN
-from sharpen.app.tui.messages import ModelLoaded
+from sharpen.app.tui.messages import EditProgress, ModelLoaded, RunStats
 from sharpen.app.tui.next_edit_actions import next_line, next_word
 from sharpen.app.tui.next_edit_overlay import RUNNING, SHOWN, next_edit_default, off_screen, one_change
 from sharpen.app.tui.preview import DELETED, GHOST, INSERTED
+from sharpen.app.tui.preview_view import MARGIN_ROWS
+from sharpen.app.tui.run_state import ModelRun
 
 SIZE = (100, 32)
 SOURCE = "def area(width, height):\n    return width * height\n\n\ndef show(width):\n    print(width)\n"
@@ -54,10 +56,65 @@ def kinds(pane) -> set[str]:
     return {kind for styles in pane.preview.layout_shown.line_styles.values() for *_, kind in styles}
 
 
+async def test_a_frame_on_a_long_buffer_rebuilds_only_the_lines_its_hunks_touch(tmp_path):
+    """The layer holds the view and a margin (not 5,000 lines), and a draft over the same text
+    replaces only the rows whose drawing changed: counted as rows handed to the layer."""
+    path = tmp_path / "long.py"
+    path.write_text("x = 1\n" * 2500 + SOURCE + "y = 2\n" * 2500)
+    app = make_app([path], config())
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.active_pane()
+        editor, preview, next_edit = pane.editor, pane.preview, pane.next_edit
+        editor.move_cursor((2504, 0))
+        editor.scroll_cursor_visible()
+        await pilot.pause()
+        built = []  # rows handed to the layer per call: ("load", rows) / ("replace", rows)
+        load_text, replace = preview.load_text, preview.replace
+        preview.load_text = lambda text: (built.append(("load", text.count("\n") + 1)), load_text(text))[1]
+        preview.replace = lambda text, start, end: (built.append(("replace", text.count("\n") + 1)), replace(text, start, end))[1]
+        text = editor.buffer_text  # a run's drafts are all over one snapshot
+        uses = [i for i in range(len(text)) if text.startswith("width", i)]
+
+        def draft(**news):  # hunks on the uses: u0="w" writes "w" over the first `width`
+            return [Hunk(uses[int(k[1:])], uses[int(k[1:])] + 5, new, 0.9) for k, new in sorted(news.items())]
+
+        next_edit._draw(text, draft(u0="w"), None)
+        assert [kind for kind, _ in built] == ["load"] and built[0][1] < 2 * MARGIN_ROWS + SIZE[1] + 2  # the window, not the file
+        first = preview.line_number_start - 1
+        row = lambda line: preview.document.get_line(line - first)
+        assert row(2500) == "def area(widthw, height):"
+        built.clear()
+        next_edit._draw(text, draft(u0="w", u1="w"), None)  # the next frame: a second hunk, on the line below
+        assert built == [("replace", 1)]  # that line only: the first hunk's line draws the same
+        assert row(2501) == "    return widthw * height"
+        built.clear()
+        next_edit._draw(text, draft(u0="wi", u3="w"), None)  # lines 2500, 2501 and 2505 change; 2502-2504 do not
+        assert sorted(built) == [("replace", 1), ("replace", 2)]
+        assert (row(2500), row(2501), row(2504), row(2505)) == ("def area(widthwi, height):", "    return width * height",
+                                                                 "def show(width):", "    print(widthw)")
+        assert editor.text == text  # the buffer is never written
+
+
+class Paced(ScriptedBackend):
+    """Each step takes `seconds`, as a model's do: the run's board draws its latest frame between
+    steps (frames queued behind the result are not drawn, so an instant script shows none)."""
+
+    def __init__(self, *args, seconds: float = 0.05, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.seconds = seconds
+        self.ran = 0  # the steps it ran
+
+    def run(self, request, should_stop=lambda: False, every=0.0):
+        for event in super().run(request, should_stop, every):
+            self.ran += 1
+            time.sleep(self.seconds)
+            yield event
+
+
 async def test_a_rename_proposes_the_other_uses_tab_jumps_tab_applies_undo_restores(source):
     app = make_app([source], config())
     async with app.run_test(size=SIZE) as pilot:
-        await load(app, pilot, ScriptedBackend(renamer("width", "w")))
+        await load(app, pilot, Paced(renamer("width", "w")))
         pane = app.active_pane()
         editor, next_edit = pane.editor, pane.next_edit
         assert next_edit.enabled
@@ -138,6 +195,30 @@ async def test_a_hunk_below_the_view_is_marked_in_the_gutter_and_the_status_bar(
         assert "below" not in pane.notice and "above" not in pane.notice
 
 
+async def test_tab_to_a_hunk_past_the_layers_lines_draws_it_around_the_new_view(tmp_path):
+    """The layer holds the view and 100 lines each side: a jump 400 lines down draws the layer
+    again there, the hunk in it as an edit."""
+    path = tmp_path / "far.py"
+    path.write_text(SOURCE + "\n" * 400 + "print(width)\n")
+    app = make_app([path], config())
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, ScriptedBackend(renamer("width", "w")))
+        pane = app.active_pane()
+        editor, preview, next_edit = pane.editor, pane.preview, pane.next_edit
+        await rename_parameter(pilot, editor)
+        await wait_for(pilot, lambda: next_edit.state == SHOWN and len(next_edit.offer.hunks) == 4)
+        assert preview.document.line_count < 407  # the far use is not in the layer yet
+        for _ in range(3):
+            await pilot.press("tab", "tab")
+        await pilot.press("tab")  # jumps 400 lines down
+        await wait_for(pilot, lambda: preview.line_number_start > 1)
+        row = editor.selection.end[0] - (preview.line_number_start - 1)
+        assert editor.selection.end[0] == 406 and preview.document.get_line(row) == "print(widthw)"
+        assert [kind for *_, kind in preview.layout_shown.styles_for(row)] == [DELETED, "next-edit-current"]
+        await pilot.press("tab")
+        assert editor.document.get_line(406) == "print(w)" and next_edit.state is None
+
+
 async def test_drafts_whose_hunks_move_are_drawn_over_the_buffer_as_it_is(source):
     """A draft's hunk may sit elsewhere than the last one's: each is drawn over the buffer's text."""
     app = make_app([source], config())
@@ -149,22 +230,28 @@ async def test_drafts_whose_hunks_move_are_drawn_over_the_buffer_as_it_is(source
         assert pane.preview.text == SOURCE.replace("print", "printlog")
 
 
-class SlowScripted(ScriptedBackend):
-    """Each step takes 0.15 s; counts the steps it ran."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, steps=20, **kwargs)
-        self.ran = 0
-
-    def run(self, request, should_stop=lambda: False, every=0.0):
-        for event in super().run(request, should_stop, every):
-            self.ran += 1
-            time.sleep(0.15)
-            yield event
-
-
 async def test_typing_cancels_a_running_prediction_at_its_next_step(source):
-    backend = SlowScripted(renamer("width", "w"))
+    backend = Paced(renamer("width", "w"), seconds=0.15, steps=20)
+    app = make_app([source], config())
+    async with app.run_test(size=SIZE) as pilot:
+        await load(app, pilot, backend)
+        pane = app.active_pane()
+        editor, next_edit = pane.editor, pane.next_edit
+        await rename_parameter(pilot, editor)
+        await wait_for(pilot, lambda: next_edit.state == RUNNING and next_edit.run.drafts)
+        run = next_edit.run
+        assert run.drafts and pane.has_class("-previewing")
+        await pilot.press("x")  # typing on: the run is stale
+        assert run.stop.is_set() and next_edit.run is not run
+        assert not pane.has_class("-previewing")  # its draft is gone: the layer would hide what was typed
+        await pilot.press("escape")  # and no new one (the next pause's) in this test
+        await pilot.pause(0.6)
+        assert backend.ran < 10 and run.result is None  # it stopped long before its 21 events
+        assert next_edit.state is None and next_edit.offer is None
+
+
+async def test_a_prediction_is_a_model_run_on_the_panes_board_and_a_superseded_ones_late_frame_is_not_drawn(source):
+    backend = Paced(renamer("width", "w"), seconds=0.15, steps=20)
     app = make_app([source], config())
     async with app.run_test(size=SIZE) as pilot:
         await load(app, pilot, backend)
@@ -172,13 +259,24 @@ async def test_typing_cancels_a_running_prediction_at_its_next_step(source):
         editor, next_edit = pane.editor, pane.next_edit
         await rename_parameter(pilot, editor)
         await wait_for(pilot, lambda: next_edit.state == RUNNING and backend.ran >= 1)
-        run = next_edit.run
-        await pilot.press("x")  # typing on: the run is stale
-        assert run.stopped and next_edit.run is not run
-        await pilot.press("escape")  # and no new one (the next pause's) in this test
-        await pilot.pause(0.6)
-        assert backend.ran < 10 and run.answer is None  # it stopped long before its 21 events
-        assert next_edit.state is None and next_edit.offer is None
+        stale = next_edit.run
+        assert isinstance(stale, ModelRun) and stale.purpose == "next-edit" and pane.runs.live(stale)
+        assert stale.request.text == RENAMED and stale.text == RENAMED
+        await pilot.press("x")  # a newer edit: the stale run is stopped on the board
+        assert stale.stop.is_set() and not pane.runs.live(stale)
+        await wait_for(pilot, lambda: next_edit.state == RUNNING and next_edit.run is not None)
+        newer = next_edit.run
+        assert newer is not stale and pane.runs.live(newer) and newer.text != stale.text
+        drafts = len(stale.drafts)
+        late = NextEditAnswer((Hunk(0, 3, "LATE", 0.9),))
+        pane.post_message(EditProgress(stale.id, [], RunStats(5, 20, 0, 0, 0.1), draft=late))
+        await pilot.pause(0.05)
+        assert len(stale.drafts) == drafts and "LATE" not in pane.preview.text  # dropped by the board
+        await pilot.press("escape")  # Esc: the board's stop
+        assert newer.stop.is_set() and not pane.runs.live(newer) and next_edit.run is None
+        ran = backend.ran
+        await pilot.pause(0.5)
+        assert backend.ran <= ran + 1  # it stopped at its next step
 
 
 async def test_no_edit_draws_nothing(source):
@@ -189,7 +287,7 @@ async def test_no_edit_draws_nothing(source):
         editor, next_edit = pane.editor, pane.next_edit
         await rename_parameter(pilot, editor)
         await wait_for(pilot, lambda: next_edit.last is not None)
-        assert next_edit.last.answer.quiet and next_edit.state is None and next_edit.offer is None
+        assert next_edit.last.result.answer.quiet and next_edit.state is None and next_edit.offer is None
         assert not pane.has_class("-previewing") and not pane.notice.startswith("next edit")
 
 

@@ -24,15 +24,12 @@ from ..config import Config
 from .messages import EditFailed, EditFinished, EditProgress
 from .preview import GHOST, GHOST_CURSOR, GHOST_MASKED, MASKED, NOISE, Piece, merge, pieces_text
 from .pause import FiresAfterPause
-from .preview_view import top_line
+from .preview_view import lines_around, shows_view
 from .run_state import ModelRun
 
 RUNNING, SHOWN = "running", "shown"  # and WAITING (pause.py); None: nothing pending
 CLOSING = frozenset(")]}>\"'`;:,")  # what may follow the cursor on its line for a ghost to fire
 NOTICE = "ghost: "  # how the status bar's note on a shown ghost starts
-# The preview layer holds the lines on screen and this many on each side:
-# enough above the view that a string or docstring opened there is highlighted as in the editor.
-MARGIN_ROWS = 100
 
 
 def ghost_default(config: Config) -> bool:
@@ -146,26 +143,15 @@ class Ghost(FiresAfterPause):
                                    window=self._window(len(text)), typed_at=self._typed_at)
 
     def _window(self, length: int) -> tuple[int, int, int, int]:
-        """What of the buffer the layer shows: the view and the cursor's line, a margin each side
-        (lines [first, last), characters [start, end) of the text). A view of `height` rows
-        shows at most `height` lines, however they wrap."""
-        editor = self.pane.editor
-        top, cursor, count = top_line(editor), editor.selection.end[0], editor.document.line_count
-        first = max(0, min(top, cursor) - MARGIN_ROWS)
-        last = min(count, max(top + editor.size.height, cursor + 1) + MARGIN_ROWS)
-        start = editor.offset_of((first, 0))
-        end = start + sum(len(line) + 1 for line in editor.document.lines[first:last]) - 1 if last < count else length
-        return first, last, start, end
+        """What of the buffer the layer shows: the view and the cursor's line, a margin each side."""
+        return lines_around(self.pane.editor, self.pane.editor.selection.end[0], length)
 
     def scrolled(self) -> None:
         """The editor scrolled under a ghost: past the layer's lines the ghost goes (nothing is drawn there)."""
         run = self.run
         if run is None or not self.active:
             return
-        first, last = run.window[:2]
-        top, height = top_line(self.pane.editor), self.pane.editor.size.height
-        below = last < self.pane.editor.document.line_count and top + height > last
-        if top < first or below:
+        if not shows_view(self.pane.editor, run.window):
             self.dismiss(pending=False)
 
     def dismiss(self, pending: bool = True) -> bool:

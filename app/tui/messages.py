@@ -44,17 +44,20 @@ class RunStats:
 
 
 class EditProgress(Message):
-    """A frame to draw: per span its pieces (masked slots, text by confidence)."""
+    """A frame to draw: per span its pieces (masked slots, text by confidence); `draft`: what a
+    run that is not spans shows instead (a next-edit prediction's core.next_edit NextEditAnswer)."""
 
-    def __init__(self, run_id: int, pieces: list[list[Piece]], stats: RunStats) -> None:
+    def __init__(self, run_id: int, pieces: list[list[Piece]], stats: RunStats, draft=None) -> None:
         super().__init__()
         self.run_id = run_id
         self.pieces = pieces
         self.stats = stats
+        self.draft = draft
 
 
 class EditFinished(Message):
-    """The run is done: `result` is a sharpen.core.engine.EditResult; `pieces` the last frame's."""
+    """The run is done: `result` is a sharpen.core.engine.EditResult (a next-edit run's: a
+    core.next_edit.predict.NextEditDone); `pieces` the last frame's."""
 
     def __init__(self, run_id: int, result, pieces: list[list[Piece]], stats: RunStats) -> None:
         super().__init__()

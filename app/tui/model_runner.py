@@ -55,6 +55,9 @@ class EditJob:
     def request(self) -> EditRequest:
         return EditRequest(self.text, self.spans, self.sampling, self.editing, self.path)
 
+    def run(self, backend, post: Callable, should_stop: Callable[[], bool]) -> None:
+        run_job(self, backend, post, should_stop)
+
 
 def draft_pieces(progress) -> list[list[Piece]]:
     """A core.run.Progress as the preview's pieces: masked slots as MASK_GLYPH, noise faint,
@@ -106,6 +109,42 @@ def run_job(job: EditJob, backend, post: Callable, should_stop: Callable[[], boo
         return
     except Exception as exc:
         log.exception("edit run failed")
+        post(EditFailed(job.run_id, f"{type(exc).__name__}: {exc}"))
+        return
+    post(EditCancelled(job.run_id))
+
+
+@dataclass(frozen=True)
+class NextEditJob:
+    """A next-edit prediction (core.next_edit.predict): a request, not spans; frames carry drafts."""
+
+    run_id: int
+    request: object  # core.next_edit.request.NextEditRequest
+    frame_rate: int = 30
+
+    def run(self, backend, post: Callable, should_stop: Callable[[], bool]) -> None:
+        run_next_edit(self, backend, post, should_stop)
+
+
+def run_next_edit(job: NextEditJob, backend, post: Callable, should_stop: Callable[[], bool]) -> None:
+    """Predict to the end (EditFinished with the NextEditDone), to a stop (EditCancelled: predict
+    ends without a result once `should_stop`) or an error (EditFailed). Each draft is a frame
+    whose `draft` is the hunks it shows now."""
+    from ...core.next_edit.predict import NextEditDone, predict
+
+    try:
+        for event in predict(backend, job.request, should_stop=should_stop, every=1.0 / job.frame_rate):
+            if isinstance(event, NextEditDone):
+                stats = RunStats(0, 0, 0, event.tokens, event.seconds)
+                post(EditFinished(job.run_id, event, [], stats))
+                return
+            stats = RunStats(event.step, event.total_steps, 0, 0, event.elapsed)
+            post(EditProgress(job.run_id, [], stats, draft=event.answer))
+    except SharpenError as exc:
+        post(EditFailed(job.run_id, str(exc)))
+        return
+    except Exception as exc:  # a failed prediction is no news worth a traceback on screen; the status says it
+        log.debug("next-edit prediction failed", exc_info=True)
         post(EditFailed(job.run_id, f"{type(exc).__name__}: {exc}"))
         return
     post(EditCancelled(job.run_id))

@@ -6,28 +6,28 @@ follow-up edits (core/next_edit/), drawn as edits over the buffer while they sha
                       +-- typing: cancelled at its next step    Esc: dismissed; apply-all: every hunk, one undo step
 
 A pane owns one NextEditor. The buffer's edits feed the session's EditHistory (core/next_edit/
-history.py) as ChangeSets with their time and file; the prediction runs in a thread worker
-(core.next_edit.predict over the session's backend, the path ghost completion's runs take), and
-its drafts reach the UI thread through the event loop. The hunks are drawn in the pane's preview
+history.py) as ChangeSets with their time and file; each prediction is a run_state.ModelRun on
+the pane's RunBoard, as the ghost's and a command's runs are (core.next_edit.predict over the
+session's backend in the board's one worker path): its drafts come back as the run's frames
+(run_frame), its answer as run_finished; a run typing made stale is stopped on the board, which
+drops whatever it still sends. The hunks are drawn in the pane's preview
 layer, as the ghost is, so the buffer and its undo history are untouched until Tab applies one:
 deleted text dimmed and struck, inserted text faint (a line break in it as ⏎, so no row of the
 buffer moves). Hunks outside the view are counted in the status bar's note with their lines.
 """
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 
 from ...core.changes import ChangeSet
 from ...core.next_edit.history import EditHistory
 from ...core.next_edit.offer import Apply, Offer
 from ...core.next_edit.request import Hunk, NextEditAnswer, NextEditRequest
+from .messages import EditFailed, EditFinished, EditProgress
 from .preview import DELETED, INSERTED, NEXT_EDIT_CURRENT as CURRENT, Piece
 from .pause import FiresAfterPause
-from .preview_view import top_line
-
-log = logging.getLogger(__name__)
+from .preview_view import lines_around, shows_view, top_line
+from .run_state import ModelRun
 
 NEWLINE_GLYPH = "⏎"  # an inserted line break, drawn in place so the rows below never move
 RUNNING, SHOWN = "running", "shown"  # and WAITING (pause.py); None: nothing pending
@@ -87,29 +87,22 @@ def off_screen(text: str, hunks, top: int, height: int) -> tuple[list[int], list
     return above, below
 
 
-class NextEditRun:
-    """One prediction: what it was asked, whether it was told to stop, its drafts so far."""
-
-    def __init__(self, request: NextEditRequest) -> None:
-        self.request = request
-        self.stopped = False
-        self.drafts: list[NextEditAnswer] = []  # every draft drawn (the tests read it)
-        self.answer: NextEditAnswer | None = None
-
-
 class NextEditor(FiresAfterPause):
     """Next-edit prediction on one pane (history feed, timer, run, drawing, the offer and its keys)."""
 
     def __init__(self, pane) -> None:
         self.pane = pane  # the EditorPane (not imported: that module imports this one)
         self.state: str | None = None
-        self.run: NextEditRun | None = None
-        self.last: NextEditRun | None = None  # the last finished run (tests, the status)
+        self.run: ModelRun | None = None  # the prediction running (purpose "next-edit", on pane.runs)
+        self.last: ModelRun | None = None  # the last finished run (its result: a NextEditDone)
         self.offer: Offer | None = None
         self._text: str | None = None  # the buffer as the history last saw it
         self._typed_at = 0.0
         self._timer = None
         self._applying = False  # the change coming in is a hunk Tab applied (history: predicted)
+        # What the layer shows now, drawn by this: (the text under it, its window, the layout);
+        # a frame over the same text and window replaces only the lines that changed.
+        self._drawn: tuple[str, tuple[int, int, int, int], object] | None = None
 
     # -- switching it on and off ----------------------------------------------------------
 
@@ -160,6 +153,7 @@ class NextEditor(FiresAfterPause):
             return  # the offer was already mapped through the hunk it applied
         if self.state == RUNNING:
             self._stop()
+            self._hide()  # its draft was for the text before this edit: drawn over it, the typing would not show
         if self.offer is not None:
             self.offer = self.offer.after_edit(changes)
             if self.offer is not None:
@@ -196,51 +190,40 @@ class NextEditor(FiresAfterPause):
         text = editor.buffer_text
         request = NextEditRequest.around(self.path, text, editor.offset_of(editor.selection.end), self.history.events(),
                                          sampling=config.sampling, editing=config.editing)
-        run = self.run = NextEditRun(request)
+        self.pane.runs.stop(self.run)  # a newer edit's prediction supersedes a stale one
         self.state = RUNNING
-        loop = asyncio.get_running_loop()
-        backend, every = self.pane.session.backend, 1.0 / config.editor.frame_rate
+        self.run = self.pane.runs.start_next_edit(request, self, self.pane.session.backend, config)
 
-        def work() -> None:  # in a thread: each event goes to the UI thread through its loop
-            from ...core.next_edit.predict import predict
+    # -- what the run tells (run_state.RunOwner) ------------------------------------------
+    # Only a live run's news arrives: every run this leaves behind (superseded, typed over,
+    # dismissed) is stopped on the board, which drops what it still sends (RunBoard.live).
 
-            try:
-                for event in predict(backend, request, should_stop=lambda: run.stopped, every=every):
-                    loop.call_soon_threadsafe(self._event, run, event)
-            except Exception as exc:  # a failed prediction is no news worth a dialog; the status says it
-                log.debug("next-edit prediction failed", exc_info=True)
-                loop.call_soon_threadsafe(self._failed, run, f"{type(exc).__name__}: {exc}")
+    def run_frame(self, run: ModelRun, message: EditProgress) -> None:
+        run.drafts.append(message.draft)
+        self._draw(run.text, message.draft.hunks, None)
+        run.drawn()
 
-        self.pane.run_worker(work, thread=True, group="next-edit", exit_on_error=False)
-
-    def _event(self, run: NextEditRun, event) -> None:
-        from ...core.next_edit.predict import NextEditDone
-
-        if run is not self.run or run.stopped or self.state != RUNNING:
-            return  # a stale run's news (typing moved on)
-        if isinstance(event, NextEditDone):
-            run.answer, self.last = event.answer, run
-            self.offer = Offer.of(event.answer)
-            if self.offer is None:  # "no edit": nothing drawn, nothing said
-                self.run, self.state = None, None
-                self._hide()
-                return
-            self.state = SHOWN
-            self._draw_offer()
-            return
-        run.drafts.append(event.answer)
-        self._draw(run.request.text, event.answer.hunks, None)
-
-    def _failed(self, run: NextEditRun, error: str) -> None:
-        if run is self.run:
-            self.run, self.state = None, None
+    def run_finished(self, run: ModelRun, message: EditFinished) -> None:
+        answer: NextEditAnswer = message.result.answer
+        self.run, self.last = None, run
+        run.drawn(final=True)
+        self.offer = Offer.of(answer)
+        if self.offer is None:  # "no edit": nothing drawn, nothing said
+            self.state = None
             self._hide()
-            self.pane.notice = f"next edit failed: {error}"
-            self.pane.announce()
+            return
+        self.state = SHOWN
+        self._draw_offer()
+
+    def run_failed(self, run: ModelRun, message: EditFailed) -> None:
+        self.run, self.state = None, None
+        self._hide()
+        self.pane.notice = f"next edit failed: {message.error}"  # no news worth a dialog; the status says it
+        self.pane.announce()
 
     def _stop(self) -> None:
-        if self.run is not None:
-            self.run.stopped = True  # predict's should_stop: the model stops at its next step
+        """The model stops at its next step (the board's stop); what it still sends is dropped."""
+        self.pane.runs.stop(self.run)
         self.run, self.state = None, None
 
     def dismiss(self) -> bool:
@@ -339,23 +322,38 @@ class NextEditor(FiresAfterPause):
         return above, below
 
     def scrolled(self) -> None:
-        """The editor scrolled: the gutter's arrows and the status bar's count follow."""
+        """The editor scrolled: past the layer's lines the hunks are drawn again around the view;
+        the gutter's arrows and the status bar's count follow."""
+        if self.state in (RUNNING, SHOWN) and self._drawn is not None and not shows_view(self.pane.editor, self._drawn[1]):
+            if self.shown:
+                self._draw_offer()
+                return
+            if self.run is not None and self.run.drafts:
+                self._draw(self.run.text, self.run.drafts[-1].hunks, None)
         if self.shown:
             self._note()
 
     def _draw(self, text: str, hunks, current: int | None) -> None:
+        """`hunks` over `text` (the buffer the run started from, or as it is now) in the layer.
+        The layer holds the view and a margin of lines each side (as the ghost's), so a frame costs
+        the same in any file longer than that; a hunk outside them is off screen (the gutter and
+        the status bar say where). A frame over the text and window of the last replaces only
+        the lines whose drawing changed (preview_view.changed_rows); the first loads the window."""
         pane = self.pane
-        spans = [(h.start, h.end) for h in hunks]
-        pieces = [hunk_pieces(text, h, i == current) for i, h in enumerate(hunks)]
-        if not spans:  # a draft with nothing in it yet: the layer shows the buffer as it is
-            spans, pieces = [(0, 0)], [[]]
-        # Never same_run: the layer's fast path keeps the text outside the first and last span as
-        # it was, and a draft's hunks move (a ghost's one span does not).
-        pane.show_overlay(text, spans, pieces, same_run=False)
+        drawn = self._drawn
+        same_text = drawn is not None and pane.preview.layout_shown is drawn[2] and (drawn[0] is text or drawn[0] == text)
+        window = drawn[1] if same_text and shows_view(pane.editor, drawn[1]) else lines_around(pane.editor, pane.editor.selection.end[0], len(text))
+        start, end = window[2:]
+        inside = [(i, h) for i, h in enumerate(hunks) if start <= h.start and h.end <= end]
+        spans = [(h.start, h.end) for _, h in inside]
+        pieces = [hunk_pieces(text, h, i == current) for i, h in inside]
+        pane.show_overlay(text, spans, pieces, same_run=same_text and window == drawn[1], window=window)
+        self._drawn = (text, window, pane.preview.layout_shown)
         pane.set_class(True, "-previewing")
 
     def _hide(self) -> None:
         pane = self.pane
+        self._drawn = None
         pane.preview.gutter_arrows = (False, False)
         if pane.notice.startswith(NOTICE):
             pane.notice = ""

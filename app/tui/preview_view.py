@@ -36,6 +36,30 @@ def row_of(editor, line: int) -> int:
     return editor.wrapped_document.location_to_offset((line, 0)).y if editor.soft_wrap else line
 
 
+# A layer showing a window of a long buffer holds the lines on screen and this many on each side:
+# enough above the view that a string or docstring opened there is highlighted as in the editor.
+MARGIN_ROWS = 100
+
+
+def lines_around(editor, line: int, length: int, margin: int = MARGIN_ROWS) -> tuple[int, int, int, int]:
+    """A window (first line, last line, start, end) for the layer: the editor's view and buffer
+    line `line`, `margin` lines each side; [start, end) its characters in the editor's text of
+    `length` characters. A view of `height` rows shows at most `height` lines, however they wrap."""
+    top, count = top_line(editor), editor.document.line_count
+    first = max(0, min(top, line) - margin)
+    last = min(count, max(top + editor.size.height, line + 1) + margin)
+    start = editor.offset_of((first, 0))
+    end = start + sum(len(row) + 1 for row in editor.document.lines[first:last]) - 1 if last < count else length
+    return first, last, start, end
+
+
+def shows_view(editor, window: tuple[int, int, int, int]) -> bool:
+    """Whether the editor's view lies inside `window`'s lines (else the layer has nothing there)."""
+    first, last = window[:2]
+    top = top_line(editor)
+    return top >= first and (top + editor.size.height <= last or last >= editor.document.line_count)
+
+
 def window_of(text: str, spans: list[tuple[int, int]], marks: list[tuple[int, int]], window: tuple[int, int, int, int] | None):
     """(first line, text, spans, marks) cut to `window` (first line, last line, start, end), the
     offsets moved to the cut text and the marks clipped to it; no window: all of it."""
@@ -45,6 +69,49 @@ def window_of(text: str, spans: list[tuple[int, int]], marks: list[tuple[int, in
     spans = [(s - start, e - start) for s, e in spans]
     marks = [(max(s, start) - start, min(e, end) - start) for s, e in marks if s < end and e > start]
     return first, text[start:end], spans, marks
+
+
+MAX_REPLACES = 8  # more runs of changed lines than this in a frame: one replace of them all
+JOIN_GAP = 2  # runs of changed lines this few lines apart are one replace (each replace has its own fixed cost)
+
+
+def changed_rows(old: Layout, new: Layout) -> list[tuple[int, int, int, int]]:
+    """Where two layouts of the same text differ, as (start, end) in the old text and (start,
+    end) in the new of whole lines, top to bottom. Outside the spans both are that text, so only
+    the lines from either's first span to either's last can differ; when those are as many lines
+    in both (next edits keep rows: a deleted line break stays, struck; an inserted one is a
+    glyph), each run of lines that differs is its own range, and the lines between are left be."""
+    spanned = [layout for layout in (old, new) if layout.span_ranges]
+    if not spanned:
+        return []
+    first = min(layout.span_ranges[0][0] for layout in spanned)
+    tail = min(len(layout.text) - layout.span_ranges[-1][1] for layout in spanned)  # the text after every span
+    start = old.text.rfind("\n", 0, first) + 1  # whole lines: from the start of the first span's line
+    ahead = old.text.find("\n", len(old.text) - tail)  # to the end of the last span's line (in the shared tail)
+    tail = 0 if ahead < 0 else len(old.text) - ahead
+    old_end, new_end = len(old.text) - tail, len(new.text) - tail
+    old_part, new_part = old.text[start:old_end], new.text[start:new_end]
+    if old_part == new_part:
+        return []
+    old_lines, new_lines = old_part.split("\n"), new_part.split("\n")
+    if len(old_lines) != len(new_lines):
+        return [(start, old_end, start, new_end)]
+    runs: list[tuple[int, int, int, int]] = []
+    old_at = new_at = start
+    run, alike = None, 0  # [old start, old end, new start, new end] of the run being gathered; lines alike since it
+    for a, b in zip(old_lines, new_lines):
+        if a != b:
+            if run is not None and alike > JOIN_GAP:
+                runs.append(tuple(run))
+                run = None
+            run = run or [old_at, 0, new_at, 0]
+            run[1], run[3], alike = old_at + len(a), new_at + len(b), 0
+        else:
+            alike += 1
+        old_at, new_at = old_at + len(a) + 1, new_at + len(b) + 1
+    if run is not None:
+        runs.append(tuple(run))
+    return runs if len(runs) <= MAX_REPLACES else [(start, old_end, start, new_end)]
 
 
 class PreviewView(HighlightedArea, can_focus=False):
@@ -114,22 +181,34 @@ class PreviewView(HighlightedArea, can_focus=False):
         self.follow_scroll(editor.scroll_x, editor.scroll_y - self.first_row)
 
     def show_layout(self, layout: Layout, scroll_x: float, scroll_y: float, same_run: bool) -> None:
-        """Draw `layout`; within one run only the text from the first span to the last is replaced."""
+        """Draw `layout`; with `same_run` (composed over the text the layer shows now, spans anywhere
+        in it) only the lines that differ are replaced (changed_rows)."""
         old = self.layout_shown
-        if same_run and old.span_ranges and len(old.span_ranges) == len(layout.span_ranges):
-            # Text outside the spans never changes during a run: re-parsing the whole file per
-            # frame costs tens of milliseconds on big files, one edit a few.
-            start, old_end, new_end = old.span_ranges[0][0], old.span_ranges[-1][1], layout.span_ranges[-1][1]
-            replacement = layout.text[start:new_end]
-            if replacement != old.text[start:old_end]:
-                self.replace(displayable(replacement), location(old.text, start), location(old.text, old_end))
-                self.history.clear()  # this view is never undone
+        if same_run and (old.span_ranges or layout.span_ranges):
+            # Text outside the spans is the same in both: re-parsing the whole layer per frame
+            # costs tens of milliseconds on big files, a replace of the lines that changed a few.
+            runs = changed_rows(old, layout)
+            self._holding_highlights = True  # one highlight query for the frame, not one per replace
+            try:
+                for old_start, old_end, new_start, new_end in reversed(runs):  # bottom up: the old offsets above stay right
+                    self.replace(displayable(layout.text[new_start:new_end]), location(old.text, old_start), location(old.text, old_end))
+            finally:
+                self._holding_highlights = False
+            if runs:
+                self._build_highlight_map()
+            self.history.clear()  # this view is never undone
         elif layout.text != old.text:
             self.load_text(displayable(layout.text))  # a buffer's lone surrogate would stop Textual's document
         self.layout_shown = layout
         self._line_cache.clear()
         self.follow_scroll(scroll_x, scroll_y)
         self.refresh()
+
+    _holding_highlights = False  # show_layout replaces several runs of lines: highlighted once, after them
+
+    def _build_highlight_map(self) -> None:
+        if not self._holding_highlights:
+            super()._build_highlight_map()
 
     def follow_scroll(self, scroll_x: float, scroll_y: float) -> None:
         """Scroll to the editor's (x, y) now, or, where this view is not laid out yet, as its

@@ -2,19 +2,22 @@
 
 Every model call the editor makes on a buffer is a ModelRun, whoever asked for it: a command's
 edit (edit_preview.EditPreview, drawn in the preview layer until Tab or Esc), the as-you-type
-ghost (ghost.Ghost) and, next, next-edit prediction. A run holds what it started from (the
-buffer's text, its spans), its stop switch, its progress (stats, the frames drawn, timings) and
-its result; its owner decides what the run means on screen.
+ghost (ghost.Ghost) and next-edit prediction (next_edit_overlay.NextEditor). A run holds what it
+started from (the buffer's text, its spans or its next-edit request), its stop switch, its
+progress (stats, the frames drawn, timings) and its result; its owner decides what the run
+means on screen.
 
     board.start(...) --EditProgress--> owner.run_frame (coalesced: the latest frame only)
-           |          --EditFinished--> owner.run_finished
-           |          --EditFailed----> owner.run_failed
+    board.start_next_edit(...) |       --EditFinished--> owner.run_finished
+           |                   |       --EditFailed----> owner.run_failed
            +--board.stop(run)--> gone: its late messages find no run and are dropped
 
-Each pane has one RunBoard. The worker (model_runner.run_job) posts its messages to the pane;
-the pane hands them all to the board, which finds the live run by id: a message from a run
-stopped since (cancelled, rejected, dismissed) finds none and is dropped, so no owner has to
-recognise a stale run itself.
+Each pane has one RunBoard. A run's job (model_runner.EditJob: spans over the text;
+model_runner.NextEditJob: a next-edit request, whose frames carry drafts of hunks) runs in one
+thread worker and posts its messages to the pane; the pane hands them all to the board, which
+finds the live run by id: a message from a run stopped since (cancelled, rejected, dismissed,
+superseded by a newer one) finds none and is dropped, so no owner has to recognise a stale run
+itself.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from typing import Protocol
 
 from ...core.spans import Span
 from .messages import EditCancelled, EditFailed, EditFinished, EditProgress, RunStats
-from .model_runner import EditJob, run_job
+from .model_runner import EditJob, NextEditJob
 from .preview import Piece
 
 _run_ids = itertools.count(1)  # one sequence for every kind of run: an id names one run in the session
@@ -46,9 +49,9 @@ class RunOwner(Protocol):
 @dataclass(eq=False)
 class ModelRun:
     id: int
-    purpose: str  # "edit" (a command's preview) or "ghost": the worker group, and what the status says
+    purpose: str  # "edit" (a command's preview), "ghost" or "next-edit": the worker group, and what the status says
     text: str  # the buffer when the run started ('\n' line breaks)
-    spans: tuple[Span, ...]  # sorted, in offsets of `text`
+    spans: tuple[Span, ...]  # sorted, in offsets of `text` (a next-edit run's: none, its request says what to rewrite)
     owner: RunOwner
     stop: threading.Event = field(default_factory=threading.Event)
     paced: bool = False  # steps held on screen (Editor.first_run_step_ms / min_step_ms)
@@ -56,13 +59,14 @@ class ModelRun:
     typed_at: float = 0.0  # the ghost's: perf_counter of the last edit before the pause that fired it
     started: float = field(default_factory=time.perf_counter)  # its wall time runs from here
     stats: RunStats | None = None  # of the latest frame (or the final one)
-    result: object = None  # core.engine.EditResult once done
+    result: object = None  # core.engine.EditResult once done (a next-edit run's: core.next_edit.predict.NextEditDone)
+    request: object = None  # a next-edit run's core.next_edit.request.NextEditRequest
     final_pieces: list[list[Piece]] | None = None  # the last frame's pieces (confidence styling of the result)
     choice: int = 0  # which alternative is shown
     frames: int = 0  # frames drawn: the first loads the whole layer, later ones only the spans
     first_frame_at: float | None = None  # when its first frame was drawn
     shown_at: float | None = None  # when its result was drawn
-    drafts: list[str] = field(default_factory=list)  # the text of each frame drawn before the result (the ghost's)
+    drafts: list = field(default_factory=list)  # each frame drawn before the result: the ghost's text, next-edit's NextEditAnswer
     pending: EditProgress | None = None  # the latest frame not drawn yet (RunBoard coalesces)
 
     @property
@@ -108,10 +112,21 @@ class RunBoard:
               path: str | None, **fields) -> ModelRun:
         """Start a run of `spans` over `text` in a thread worker; its messages go to `owner`."""
         run = ModelRun(next(_run_ids), purpose, text, tuple(spans), owner, paced=step_ms > 0, **fields)
-        self._live[run.id] = run
         job = EditJob(run.id, text, run.spans, config.sampling, config.editing, config.editor.frame_rate, step_ms, path)
-        self.host.run_worker(partial(run_job, job, backend, self.host.post_message, run.stop.is_set),
-                             thread=True, group=purpose, exit_on_error=False)
+        return self._launch(run, job, backend)
+
+    def start_next_edit(self, request, owner: RunOwner, backend, config, **fields) -> ModelRun:
+        """Start a next-edit prediction of `request` (core.next_edit.request.NextEditRequest): its
+        frames' `draft` and its result (NextEditDone) go to `owner` as any run's do."""
+        run = ModelRun(next(_run_ids), "next-edit", request.text, (), owner, request=request, **fields)
+        return self._launch(run, NextEditJob(run.id, request, config.editor.frame_rate), backend)
+
+    def _launch(self, run: ModelRun, job: EditJob | NextEditJob, backend) -> ModelRun:
+        """The one worker path: `job` runs in a thread worker of group `run.purpose`, posting to
+        the pane, stopping at its next step once `run.stop` is set."""
+        self._live[run.id] = run
+        self.host.run_worker(partial(job.run, backend, self.host.post_message, run.stop.is_set),
+                             thread=True, group=run.purpose, exit_on_error=False)
         return run
 
     def stop(self, run: ModelRun | None) -> None:
