@@ -168,3 +168,25 @@ def test_edits_keep_the_source_bytes_and_the_tree_a_fresh_parse_builds():
             assert ours._location_to_byte_offset((row, len(ours[row]))) == theirs._location_to_byte_offset((row, len(ours[row])))
 
     run()
+
+
+async def test_a_languages_highlight_query_is_prepared_once_not_per_document(tmp_path, monkeypatch):
+    """Preparing Python's query costs ~60 ms; every next-edit frame, preview and ghost sets a
+    document on a text area, so preparing per document made each of them pay it."""
+    from sharpen.app.tui import highlighted_area
+    from sharpen.app.tui.document import StrictSyntaxDocument
+
+    prepared = []
+    real = StrictSyntaxDocument.prepare_query
+    monkeypatch.setattr(StrictSyntaxDocument, "prepare_query", lambda self, query: prepared.append(query) or real(self, query))
+    monkeypatch.setattr(highlighted_area, "_PREPARED", {}, raising=False)
+    path = tmp_path / "a.py"
+    path.write_text("def f(x):\n    return x\n")
+    app = make_app([path])
+    async with app.run_test(size=SIZE) as pilot:
+        editor = app.active_pane().editor
+        for text in ("x = 1\n", "def g():\n    pass\n", "'''s'''\n"):
+            editor._set_document(text, "python")
+            await pilot.pause()
+        assert editor._highlight_query is not None and len(prepared) == 1
+        assert "string" in {name for _, _, name in editor._highlights.get(0, [])}  # still highlights

@@ -17,6 +17,12 @@ from textual.widgets import TextArea
 from .document import MeasuredWrappedDocument, StrictDocument, StrictSyntaxDocument, utf8
 from .indent import KindAt
 
+# Prepared highlight queries, one per (language, query text). Preparing one compiles the query
+# (about 60 ms for Python's), and every document set on a text area prepared it again: each frame
+# of a next-edit draft, each ghost and command preview's first frame, each keystroke while hunks
+# were shown. A prepared Query holds no state (Textual runs it through a fresh QueryCursor).
+_PREPARED: dict[tuple[object, str], object] = {}
+
 
 class HighlightedArea(TextArea):
     # Highlighting covers the rows on screen and one screen on each side. Textual's TextArea
@@ -87,7 +93,10 @@ class HighlightedArea(TextArea):
             if tree_language is not None:
                 try:
                     document = StrictSyntaxDocument(text, tree_language)
-                    self._highlight_query = document.prepare_query(query)
+                    key = (tree_language, query)
+                    if key not in _PREPARED:
+                        _PREPARED[key] = document.prepare_query(query)
+                    self._highlight_query = _PREPARED[key]
                 except SyntaxAwareDocumentError:
                     document = StrictDocument(text)
         # The rest is Textual's own _set_document (textual/widgets/_text_area.py), done once.
