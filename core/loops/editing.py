@@ -109,7 +109,7 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
     # A revise span's draft is the model's to edit from the start: only the prompt is held (the
     # reference's own rule: its generate holds the positions before the answer, nothing else).
     held = x[0] != mask_id  # [T]
-    revise = canvas.spans[0].revise
+    revise = any(s.revise for s in canvas.spans)  # a prompt canvas holds one span (none in some tests)
     draft = torch.zeros_like(held)  # [T] a revise span's starting tokens (rated at every step)
     if revise:
         draft[slots.start:slots.stop] = held[slots.start:slots.stop]
