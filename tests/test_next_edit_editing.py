@@ -81,14 +81,18 @@ class Recording:
 
 
 @pytest.fixture(scope="module")
-def llada21(tmp_path_factory):
+def llada21_path(tmp_path_factory):
     """A tiny LLaDA2.1 checkpoint; its canvas is the release's max_position_embeddings, cut to
     2048 (the instruction's byte-level tokens do not fit the fixture's default 512)."""
+    return write_llada2(tmp_path_factory.mktemp("llada21") / "llada2.1", version="2.1",
+                        config_overrides={"max_position_embeddings": 2048})
+
+
+@pytest.fixture(scope="module")
+def llada21(llada21_path):
     from sharpen.core.models.loading import load_denoiser
 
-    path = write_llada2(tmp_path_factory.mktemp("llada21") / "llada2.1", version="2.1",
-                        config_overrides={"max_position_embeddings": 2048})
-    return load_denoiser(path)
+    return load_denoiser(llada21_path)
 
 
 def scripted_backend(den, answer_text: str) -> Recording:
@@ -215,3 +219,14 @@ def test_a_revise_span_goes_over_the_wire_and_needs_a_rewrite():
     assert EditRequest.from_json(request.to_json()).spans[0].revise
     with pytest.raises(SpanError, match="revise .* needs mode rewrite"):
         EditRequest("x = 1\n", (Span(0, 5, "infill", revise=True),))
+
+
+def test_the_benchmark_runs_on_a_llada21_checkpoint(llada21_path, capsys):
+    """bench/next_edit.py --model on the self-editing path: its loop takes no --steps (the editing
+    decode ends a block when it settles), so the benchmark leaves the step count to it."""
+    import next_edit as bench
+
+    assert bench.main(["--model", str(llada21_path), "--only", "rust-"]) == 0
+    out = capsys.readouterr().out
+    assert "self-editing from the window's text" in out and "steps the loop's own" in out
+    assert out.strip().splitlines()[-1].startswith("all")
