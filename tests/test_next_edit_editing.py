@@ -149,6 +149,25 @@ def test_a_model_that_prefers_another_token_at_one_place_gives_exactly_that_hunk
     assert result.edits == 1  # the editing rule replaced that one token; the others were kept
 
 
+def test_a_hunk_over_kept_tokens_is_rated_by_them_too(llada21):
+    """A fix inside a word (`lenght` -> `length`: two of its six tokens edited, four kept) is one
+    hunk over the whole word; its kept tokens carry the model's probability of them, so the
+    hunk is as sure as they are, not dropped as unrated."""
+    before = "n = lenght(a)\nm = lenght(b)\n"
+    history = EditHistory()
+    history.record("fix.py", before, ChangeSet.of([(4, 10, "length")]), at=100.0)
+    text = before.replace("lenght", "length", 1)
+    request = NextEditRequest.around("fix.py", text, 10, history.events())
+    (window,) = request.windows
+    old = text[window.start:window.end]
+    backend = scripted_backend(llada21, old.replace("lenght", "length"))
+    (hunk,) = predict_to_end(backend, request).answer.hunks
+    at = text.index("lenght")
+    assert (hunk.start, hunk.end, hunk.text) == (at, at + 6, "length") and hunk.confidence > 0.9
+    (result,) = next(e for e in backend.events if isinstance(e, Done)).result.spans
+    assert result.edits == 2
+
+
 def test_an_answer_that_shrinks_ends_early_and_one_that_grows_fills_the_tail(llada21):
     """A longer or shorter answer than the window: the model ends the answer with its end token
     earlier (the rest of the draft is cut, as LLaDA2's generate cuts at the end token) or writes
