@@ -120,7 +120,8 @@ class RemoteBackend:
             max_len = max_len if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0 else NO_LIMIT
             self.info = ModelInfo(name, str(meta.get("family", "sharpen")), f"{meta.get('device', '?')} on {where}", str(meta.get("noise", "mask")),
                                   "(the server's)" if meta.get("chat") else None, max_len, True,
-                                  instruct=bool(meta.get("instruct", meta.get("chat"))))  # a server from before "instruct": chat meant it
+                                  instruct=bool(meta.get("instruct", meta.get("chat"))),  # a server from before "instruct": chat meant it
+                                  edits=meta.get("edits") is True)  # its loop edits its own tokens: next edits start from the text
         elif protocol == "chat":  # an instruct model behind a chat endpoint: it takes instructions, sends no drafts
             self.info = ModelInfo(name, protocol, where, "mask", "(the server's)", NO_LIMIT, False, instruct=True)
         else:

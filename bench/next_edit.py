@@ -133,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     if not scenarios:
         print("no scenario matches", file=sys.stderr)
         return 2
-    sampling = Sampling(steps=args.steps, seed=args.seed)
+    # A loop without a step count (LLaDA2.1's editing decode ends each block when it settles) refuses --steps.
+    reads = getattr(backend, "reads", lambda sampling: None)(Sampling())
+    steps = args.steps if reads is None or "steps" in reads else None
+    sampling = Sampling(steps=steps, seed=args.seed)
     rows = []
     for scenario in scenarios:
         request, text = request_of(scenario, sampling)
@@ -155,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             hunks = ", ".join(f"{h.start}-{h.end}->{h.text!r} ({h.confidence:.2f})" for h in answer.hunks) or "quiet"
             print(f"{scenario['name']:32} {'quiet ' if expected is None else 'edit  '} {hunks}", file=sys.stderr)
-    print(f"model: {info.name} ({info.family}, {info.device}, {'instruct' if info.instruct else 'masked rewrite'}), "
-          f"steps {args.steps}, seed {args.seed}, {len(rows)} scenarios")
+    path = ("self-editing from the window's text" if info.edits else "instruct") if info.instruct or info.edits else "masked rewrite"
+    steps_read = steps if steps is not None else "the loop's own"
+    print(f"model: {info.name} ({info.family}, {info.device}, {path}), steps {steps_read}, seed {args.seed}, {len(rows)} scenarios")
     print(f"{'kind':12} {'n':>3} {'deltaChrF':>9} {'show':>6} {'quiet':>6} {'score':>6} {'first p50/p90 s':>16} {'final p50/p90 s':>16}")
     for kind in sorted({r["kind"] for r in rows}) + ["all"]:
         group = [r for r in rows if kind == "all" or r["kind"] == kind]

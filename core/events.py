@@ -141,10 +141,14 @@ class ModelInfo:
     max_len: int  # longest canvas
     drafts: bool = True  # whether runs stream per-step drafts (a plain completions server does not)
     instruct: bool = False  # it takes instructions (ModelSpec.takes_instructions): the editor asks for one
+    # Its loop can edit its own tokens (LLaDA2.1's editing decode, unless --editing off): a span may
+    # revise its text (Span.revise), which is how a next edit starts from the window's text.
+    edits: bool = False
 
     def to_json(self) -> dict:
         return {"name": self.name, "family": self.family, "device": self.device, "noise": self.noise,
-                "chat": self.chat_template is not None, "instruct": self.instruct, "max_len": self.max_len, "drafts": self.drafts}
+                "chat": self.chat_template is not None, "instruct": self.instruct, "max_len": self.max_len, "drafts": self.drafts,
+                "edits": self.edits}
 
 
 Event = Progress | Done

@@ -13,7 +13,8 @@ be invisible to it. Here each span becomes a prompt of its own, and its slots fo
 
 A rewrite's slots start from the span's own tokens with a `strength` share masked (chosen by
 the seed), so the kept draft is held and the model writes the rest; an infill's slots are all
-masked. Several spans run one after another, each from the original text: no span's prompt
+masked. A revise span (Span.revise: a loop that edits its own tokens) starts from all of its
+own tokens, none masked and none held, then REVISE_TAIL mask slots the answer may grow into. Several spans run one after another, each from the original text: no span's prompt
 depends on another span's result. The text outside the spans is never re-encoded, so it comes
 back byte for byte.
 """
@@ -31,6 +32,13 @@ from .spans import Span
 from .tokenizer import Tokenizer
 
 FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+# Mask slots after a revise span's own tokens: room for the answer to grow. An edit a next-edit
+# window takes (a longer name, a new argument, a short added line) adds up to about a line of
+# code, 8-16 BPE tokens; every slot past that costs the loop a commit (at least one a step where
+# the model is unsure), and a longer addition is a new line, which is the next window's to write.
+# The model ends the answer with its end token in the first slot it does not need (LLaDA2's
+# generate cuts the answer there).
+REVISE_TAIL = 16
 
 
 def prompt_form(spec: ModelSpec, requested: str) -> str:
@@ -58,10 +66,12 @@ def _prompt(form: str, text: str, span: Span, tokenizer: Tokenizer, spec: ModelS
 def prompt_canvas(text: str, span: Span, tokenizer: Tokenizer, spec: ModelSpec, form: str, context_tokens: int,
                   max_len: int, seed: int = 0) -> Canvas:
     """One span's prompt followed by its slots (all masked for an infill; a rewrite's own tokens
-    with a `strength` share masked), the context halved until it fits `max_len`."""
+    with a `strength` share masked; a revise span's own tokens, then REVISE_TAIL masks), the
+    context halved until it fits `max_len`."""
     selected = encode_selection(text[span.start:span.end], span, tokenizer, max_len)  # refused unencoded when it cannot fit
     draft = selected if span.mode == "rewrite" else []
-    slots = len(draft) if span.mode == "rewrite" else infill_slots(span, len(selected))
+    tail = REVISE_TAIL if span.revise else 0
+    slots = len(draft) + tail if span.mode == "rewrite" else infill_slots(span, len(selected))
     budget = context_tokens
     while True:
         prompt, before, after = _prompt(form, text, span, tokenizer, spec, budget)
@@ -70,8 +80,8 @@ def prompt_canvas(text: str, span: Span, tokenizer: Tokenizer, spec: ModelSpec, 
         if budget == 0:
             raise SpanError(f"span {span.name}: its prompt and slots need {len(prompt) + slots} tokens but the model's canvas holds {max_len}")
         budget //= 2
-    body = list(draft) if draft else [spec.mask_id] * slots
-    if draft:
+    body = list(draft) + [spec.mask_id] * tail if draft else [spec.mask_id] * slots
+    if draft and not span.revise:  # a revise span keeps every token of its draft: the loop edits them
         masked = math.ceil(span.strength * len(draft))  # strength 0 masks nothing: the draft comes back
         order = torch.randperm(len(draft), generator=torch.Generator().manual_seed(seed)).tolist()
         for i in order[:masked]:

@@ -84,6 +84,8 @@ def _span_json(span: Span) -> dict:
         out["instruction"] = span.instruction
     if span.constraint is not None:
         out["constraint"] = span.constraint.to_json()
+    if span.revise:
+        out["revise"] = True
     return out
 
 
@@ -91,7 +93,7 @@ def _span_of(data: Any, index: int, strength: float = Editing().strength) -> Spa
     where = f"spans[{index}]"
     if not isinstance(data, dict):
         raise UsageError(f"{where} must be an object")
-    _only(data, {"start", "end", "mode", "max_tokens", "strength", "instruction", "constraint"}, where)
+    _only(data, {"start", "end", "mode", "max_tokens", "strength", "instruction", "constraint", "revise"}, where)
     start, end = data.get("start"), data.get("end", data.get("start"))
     for name, value in (("start", start), ("end", end)):
         if not _whole(value):
@@ -109,7 +111,10 @@ def _span_of(data: Any, index: int, strength: float = Editing().strength) -> Spa
     if instruction is not None and not isinstance(instruction, str):
         raise UsageError(f"{where}.instruction must be a string")
     constraint = Constraint.from_json(data["constraint"], f"{where}.constraint") if data.get("constraint") is not None else None
-    return Span(start, end, mode, max_tokens, float(strength), instruction or None, label=where, constraint=constraint)
+    revise = data.get("revise", False)
+    if not isinstance(revise, bool):
+        raise UsageError(f"{where}.revise must be true or false")
+    return Span(start, end, mode, max_tokens, float(strength), instruction or None, label=where, constraint=constraint, revise=revise)
 
 
 def _settings(defaults, values: Any, name: str):

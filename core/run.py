@@ -68,8 +68,10 @@ class Runner:
         spec = denoiser.spec
         # How its canvas starts: random tokens (DiffusionGemma's loop) or masks (every other loop).
         random = getattr(spec, "loop", None) == "random-token" or getattr(denoiser, "noise", "mask") == "random"
+        block = getattr(spec, "block", None)
         self.info = ModelInfo(spec.name or spec.family, spec.family, str(denoiser.device), "random" if random else "mask",
-                              spec.chat_template, denoiser.max_len, instruct=spec.takes_instructions)
+                              spec.chat_template, denoiser.max_len, instruct=spec.takes_instructions,
+                              edits=getattr(spec, "loop", None) == "block-causal" and bool(block and block.edits))
 
     @property
     def waiting(self) -> int:

@@ -24,6 +24,11 @@ class Span:
     label: str = ""  # how the user wrote it (e.g. "3:5-3:20"), for error messages
     # What the span's finished text must be (core/constraints/): every step keeps it completable.
     constraint: "Constraint | None" = None
+    # rewrite: the answer starts as the span's own tokens, none masked (strength is not read), each
+    # one the model may replace, with a tail of mask slots to grow into (core/prompted.py
+    # REVISE_TAIL). Only a loop that edits its own tokens reads it (LLaDA2.1's, core/loops/editing.py);
+    # every other kind refuses it (core/loops/kind.py refuse_revise).
+    revise: bool = False
 
     @property
     def name(self) -> str:
@@ -45,6 +50,8 @@ def validate_spans(text: str, spans: list[Span]) -> list[Span]:
             raise SpanError(f"span {span.name}: a rewrite needs a non-empty span")
         if span.max_tokens is not None and not 1 <= span.max_tokens <= 4096:
             raise SpanError(f"span {span.name}: max_tokens must be between 1 and 4096")
+        if span.revise and span.mode != "rewrite":
+            raise SpanError(f"span {span.name}: revise starts from the span's own text; it needs mode rewrite")
         if not 0.0 <= span.strength <= 1.0:  # 0: nothing re-noised (DiffusionGemma still refines the draft)
             raise SpanError(f"span {span.name}: strength must be in [0, 1]")
     ordered = sorted(spans, key=lambda s: (s.start, s.end))

@@ -140,6 +140,15 @@ def test_a_sharpen_servers_chat_and_instructions_are_its_word(server, meta, chat
     assert (info.chat_template is not None, info.instruct) == (chat, instruct)
 
 
+@pytest.mark.parametrize("meta, edits", [('{"noise": "mask", "edits": true}', True), ('{"noise": "mask"}', False),
+                                          ('{"noise": "mask", "edits": "yes"}', False)])
+def test_a_sharpen_servers_self_editing_loop_is_its_word(server, meta, edits):
+    """A server whose model edits its own tokens (LLaDA2.1) says so (ModelInfo.edits): a next
+    edit through it starts from the window's text (core/next_edit/predict.py)."""
+    server.answers["/v1/models"] = (200, "application/json", f'{{"data": [{{"id": "m", "meta": {meta}}}]}}'.encode())
+    assert RemoteBackend(url(server)).load().edits is edits
+
+
 def test_headless_edit_on_a_server_without_text_exits_4_and_leaves_the_file(server, tmp_path):
     server.answers["/v1/completions"] = (200, "application/json", b'{"choices": [{"text": 5, "finish_reason": "stop"}]}')
     path = tmp_path / "f.py"

@@ -8,7 +8,9 @@ generate, core/models/families/) and the user's --editing: `decode_rule` picks o
 - block.py PLAIN: block diffusion (SDAR's generate.py, Stable-DiffCoder's generate_block,
   LLaDA2.0's generate);
 - subblock.py SUB_BLOCK: Fast-dLLM v2's sub-blocks and token shift (BlockRule.sub_block);
-- editing.py EDITING: LLaDA2.1's token-to-token editing (BlockRule.edits, --editing not off).
+- editing.py EDITING: LLaDA2.1's token-to-token editing (BlockRule.edits, --editing not off),
+  the one rule that reads a revise span (Span.revise: its answer starts as its own tokens); the
+  others refuse one.
 
 Each rule shares core/loops/scaffold.py's set-up and frames. A setting is honoured where the
 release's reference generate has the knob (block length, threshold, steps per block, top-k /
@@ -34,7 +36,7 @@ from ..tokenizer import Tokenizer
 from .block import PLAIN
 from .editing import EDITING
 from .frame import Frame, slot_states
-from .kind import Prepared, model_name, refuse_unread
+from .kind import Prepared, model_name, refuse_revise, refuse_unread
 from .masked import LoopRules
 from .scaffold import DecodeRule, effective_rule
 from .subblock import SUB_BLOCK
@@ -90,7 +92,10 @@ class BlockCausalKind:
             raise UsageError("--candidates needs a masked-diffusion model; this one writes block by block (use --samples for alternatives)")
         if s.block_size == 0:
             raise UsageError(f"--block-size 0 (one block) is for masked models; {name} decodes blocks of N >= 1 tokens")
-        refuse_unread(s, self.reads(denoiser, s), name, f"its decode is {decode_rule(denoiser.spec.block, s).what}")
+        rule = decode_rule(denoiser.spec.block, s)
+        refuse_unread(s, self.reads(denoiser, s), name, f"its decode is {rule.what}")
+        if rule is not EDITING:  # only the editing decode replaces a token it holds
+            refuse_revise(request, name, f"its decode is {rule.what}")
         return s
 
     def prepare(self, denoiser, request: EditRequest, spans: list[Span], settings: Sampling, plan) -> Prepared:
@@ -123,12 +128,14 @@ class BlockCausalKind:
 def chained(denoiser, canvases: tuple[Canvas, ...], settings: Sampling = Sampling(), should_stop: Callable[[], bool] = lambda: False,
             ban: bool = True, rule: DecodeRule = PLAIN) -> Iterator[Frame]:
     """Several spans one after another, each its own prompt canvas (core/prompted.py), as one
-    run's frames: earlier spans show their result, the running one its blocks, later ones masks."""
+    run's frames: earlier spans show their result, the running one its blocks, later ones their
+    starting slots (masks, a rewrite's kept draft, a revise span's own tokens)."""
     mask_id = denoiser.spec.mask_id
     lengths = [len(c.slots[0]) for c in canvases]
     starts = [sum(lengths[:j]) for j in range(len(lengths))]
     slots = tuple(range(s, s + n) for s, n in zip(starts, lengths))
-    shown = torch.full((sum(lengths),), mask_id, dtype=torch.long)  # [N] every span's slots, side by side
+    # [N] every span's slots, side by side, as each canvas starts them
+    shown = torch.tensor([t for c in canvases for t in c.ids[c.slots[0].start:c.slots[0].stop]], dtype=torch.long)
     confidence, guesses = torch.zeros(sum(lengths)), shown.clone()
     state, replaced = slot_states(shown, mask_id), torch.zeros_like(shown)  # the running span's edited slots pass through
     counts: list[tuple[int, int]] = []

@@ -18,6 +18,16 @@ The two published modes (LLaDA2.1 model card): quality, threshold 0.7 / editing 
 0.5 / 0.0 (any change the model prefers is taken). A frame after every step marks the slots
 edited in that step "edited", with the token each held before, so the editor draws an edit
 apart from a fresh commit; the last frame counts commits and edits per span.
+
+A revise span (Span.revise; the next-edit path, core/next_edit/predict.py) starts its slots
+from its own tokens, then a tail of masks (core/prompted.py). The reference never starts an
+answer from given tokens (its canvas is the prompt, then masks), but its rule has a place for
+them: it holds only the prompt (positions before the answer) and lets step 3 replace any other
+token that is not a mask. So a revise canvas holds the prompt only: its draft is editable from
+the first step, and a block of draft without masks goes straight to the editing-only steps of
+4 (a token is kept unless the model prefers another one with probability above the editing
+threshold). A kept draft token's confidence is the model's probability of it at the last step
+(the release's rule has no confidence for a token it did not write; hunks are rated by it).
 """
 from __future__ import annotations
 
@@ -61,6 +71,11 @@ def token_edits(proposal: torch.Tensor, p_token: torch.Tensor, held: torch.Tenso
     return editable & (p_token > editing_threshold) & (proposal != held)
 
 
+def held_probability(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """[B, P]: the probability the model gives the token each position holds (logits [B, P, V])."""
+    return torch.softmax(logits.float(), dim=-1).gather(-1, tokens[..., None]).squeeze(-1)
+
+
 def edit_thresholds(mode: str, settings: Sampling) -> tuple[float, float]:
     """(mask-to-token threshold, editing threshold): the mode's (EDIT_MODES), each replaced by the
     user's --threshold / --editing-threshold where given; --schedule fixed commits one a step (no
@@ -91,7 +106,14 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
     device = x.device
     # Only the model's own commits are edited: never the prompt (its tail shares the first block),
     # nor a rewrite's kept draft (the user's text; --strength says how much of it is re-noised).
+    # A revise span's draft is the model's to edit from the start: only the prompt is held (the
+    # reference's own rule: its generate holds the positions before the answer, nothing else).
     held = x[0] != mask_id  # [T]
+    revise = any(s.revise for s in canvas.spans)  # a prompt canvas holds one span (none in some tests)
+    draft = torch.zeros_like(held)  # [T] a revise span's starting tokens (rated at every step)
+    if revise:
+        draft[slots.start:slots.stop] = held[slots.start:slots.stop]
+        held[slots.start:slots.stop] = False
     commits = torch.zeros(B, total_len, dtype=torch.long, device=device)  # per position: mask-to-token commits
     edits = torch.zeros(B, total_len, dtype=torch.long, device=device)  # per position: token-to-token edits
     edited_now = torch.zeros(total_len, dtype=torch.bool, device=device)
@@ -138,6 +160,9 @@ def edit_denoise(denoiser, canvas: Canvas, settings: Sampling = Sampling(), shou
                 x[:, block] = torch.where(change, proposal, tokens)
                 run.guesses[:, block] = torch.where(masked & ~commit, proposal, x[:, block])
                 run.confidence[:, block] = torch.where(change | masked, p_token, run.confidence[:, block])
+                if revise:  # the kept draft tokens: the model's probability of each, now
+                    kept = draft[block] & ~change  # [B, P]
+                    run.confidence[:, block] = torch.where(kept, held_probability(logits, x[:, block]), run.confidence[:, block])
                 commits[:, block] += commit.long()
                 edits[:, block] += edit.long()
                 edited_now.zero_()

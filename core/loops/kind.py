@@ -18,6 +18,10 @@ The engine (core/engine.py) knows no kind by name: it asks the model's Kind. A K
 - `used`: the settings the loop actually ran with, for --json;
 - `slot_room`: how many slots one span may grow to.
 
+A span that revises its own text (Span.revise: the answer starts as the span's tokens, each one
+the model's to replace) is read by a loop that edits its own tokens only (LLaDA2.1's,
+core/loops/editing.py); every other kind refuses it in `settings` (`refuse_revise`).
+
 A new kind is one file holding a class with these members and one entry in kinds.py's table.
 """
 from __future__ import annotations
@@ -76,6 +80,15 @@ def refuse_unread(sampling: Sampling, honoured: frozenset[str] | set[str], model
     for f in fields(Sampling):
         if f.name not in honoured and getattr(sampling, f.name) != getattr(DEFAULTS, f.name):
             raise UsageError(f"--{f.name.replace('_', '-')} has no effect on {model} ({why}); leave it unset")
+
+
+def refuse_revise(request: EditRequest, model: str, why: str) -> None:
+    """UsageError, one line, when a span asks to revise its own text on a loop that never replaces
+    a token it holds (`why` says what the loop is)."""
+    span = next((s for s in request.spans if s.revise), None)
+    if span is not None:
+        raise UsageError(f"span {span.name}: revise needs a model that edits its own tokens (LLaDA2.1's editing decode); "
+                         f"{model} does not ({why})")
 
 
 def refuse_prompt_form(request: EditRequest, model: str) -> None:

@@ -19,7 +19,7 @@ from ..request import EditRequest
 from ..settings import MASKED_THRESHOLD, Sampling, default_block_size
 from ..spans import Span
 from .frame import Frame
-from .kind import Prepared, model_name, plain_canvas, refuse_prompt_form, refuse_unread
+from .kind import Prepared, model_name, plain_canvas, refuse_prompt_form, refuse_revise, refuse_unread
 from .masked import LoopRules, _parameters, denoise
 
 # What the masked loop reads (core/settings.py Sampling): everything but the block-causal knobs.
@@ -40,6 +40,7 @@ class MaskedKind:
         name = model_name(denoiser)
         refuse_unread(request.sampling, self.reads(denoiser, request.sampling), name, "a masked-diffusion model; it does not edit its own tokens")
         refuse_prompt_form(request, name)
+        refuse_revise(request, name, "a masked-diffusion model: it infills masks")
         sampling = request.sampling
         return sampling if sampling.threshold is not None else replace(sampling, threshold=MASKED_THRESHOLD)
 

@@ -18,7 +18,7 @@ from ..settings import Sampling
 from ..spans import Span
 from ..tokenizer import Tokenizer
 from .frame import Frame
-from .kind import Prepared, model_name, plain_canvas, refuse_prompt_form, refuse_unread
+from .kind import Prepared, model_name, plain_canvas, refuse_prompt_form, refuse_revise, refuse_unread
 from .masked import LoopRules
 from .random_token import renoise, split_canvas
 
@@ -64,6 +64,7 @@ class RandomTokenKind:
             raise UsageError("--candidates needs a masked-diffusion model; this one starts from random tokens (use --samples for alternatives)")
         refuse_unread(request.sampling, READS, name, "its sampling schedule is the release's generation_config.json")
         refuse_prompt_form(request, name)
+        refuse_revise(request, name, "its loop re-noises every slot it has not accepted")
         return request.sampling
 
     def prepare(self, denoiser, request: EditRequest, spans: list[Span], settings: Sampling, plan) -> Prepared:

@@ -11,12 +11,16 @@ How a window is rewritten depends on the model (docs/next_edit.md):
   instruction (formats/native.py: the recent edits, the viewed snippets, the cursor, the task),
   laid out by the engine's own chat path (core/instruct.py, core/prompted.py); the answer's
   slots are the window's new text. One run per window.
+- a model whose loop edits its own tokens (ModelInfo.edits: LLaDA2.1's editing decode) gets the
+  same instruction, and its answer starts as the window's own tokens, not masks: a revise span
+  (Span.revise), each of whose tokens the loop may replace where the model prefers another one
+  above the editing threshold (core/loops/editing.py), then a short tail of masks the answer may
+  grow into (core/prompted.py REVISE_TAIL). A model that keeps every token answers "no edit".
 - masked-infill families (the embedded model, LLaDA / Dream base) get every window as a
   rewrite span of one canvas (core/engine.run_edit's rewrite path): the window's own tokens,
   the share `strength` re-masked where the model is least sure of them (core/loops/spans.py,
   `renoise_rewrites`), then denoised with the text around as context. All windows denoise
-  together, in the same steps. A self-editing loop (LLaDA2.1) starts from the same tokens and
-  may also write over the kept ones.
+  together, in the same steps.
 
 The window's new text is diffed against the old (difflib, on words) into hunks; a hunk's
 confidence is its least sure token's; hunks under `request.min_confidence` are dropped, and so
@@ -60,13 +64,22 @@ class NextEditDone:
     prompt_tokens: int = 0  # tokens it read besides them
 
 
-def plan(request: NextEditRequest, instruct: bool, strength: float = REWRITE_STRENGTH) -> list[tuple[EditRequest, tuple[Window, ...]]]:
-    """The engine requests that rewrite the request's windows, each with the windows its spans are."""
+def self_editing(info, request: NextEditRequest) -> bool:
+    """Whether the model's loop edits its own tokens in this request's run (ModelInfo.edits, and
+    not turned off by --editing off): its windows then start from their own text (Span.revise)."""
+    return bool(getattr(info, "edits", False)) and request.sampling.editing != "off"
+
+
+def plan(request: NextEditRequest, instruct: bool, strength: float = REWRITE_STRENGTH,
+         revise: bool = False) -> list[tuple[EditRequest, tuple[Window, ...]]]:
+    """The engine requests that rewrite the request's windows, each with the windows its spans are.
+    `revise`: a self-editing model's (self_editing): each window's answer starts as its own text."""
     windows = tuple(w for w in request.windows if w.end > w.start)
     if not windows:
         return []
-    if instruct:
-        return [(EditRequest(request.text, (Span(w.start, w.end, "rewrite", instruction=native.build(request, w)),),
+    if instruct or revise:  # a revise span's prompt is still the instruction: only its canvas starts differently
+        return [(EditRequest(request.text, (Span(w.start, w.end, "rewrite", instruction=native.build(request, w) if instruct else None,
+                                                 revise=revise),),
                              request.sampling, request.editing, request.path), (w,)) for w in windows]
     spans = tuple(Span(w.start, w.end, "rewrite", strength=strength) for w in windows)
     return [(EditRequest(request.text, spans, request.sampling, request.editing, request.path), windows)]
@@ -139,11 +152,12 @@ def predict(backend, request: NextEditRequest, instruct: bool | None = None, sho
 
     started = time.perf_counter()
     first = None
+    info = backend.describe()
     if instruct is None:
-        instruct = backend.describe().instruct
+        instruct = info.instruct
     final: dict[Window, tuple[str, object]] = {}
     tokens = prompt_tokens = 0
-    for edit, windows in plan(request, instruct):
+    for edit, windows in plan(request, instruct, revise=self_editing(info, request)):
         done = None
         for event in backend.run(edit, should_stop, every):
             if isinstance(event, Progress):
