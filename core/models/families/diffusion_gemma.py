@@ -10,6 +10,8 @@ step (core/loops/random_token.py) instead of calling the opaque `generate`, so e
 `GemmaDenoiser` holds the model and answers the two calls the loop makes: `encode` (the
 context, once) and `canvas_logits` (one decoder pass). Its `schedule` comes from the
 checkpoint's generation_config.json, with transformers' own defaults where it is silent.
+Concurrent runs share decoder passes (core/batch.py): `canvas_pass` and `packed_logits` are the
+batcher's hooks, the packed forward itself is diffusion_gemma_packed.py.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from pathlib import Path
 import torch
 
 from ..denoiser import ModelSpec, check_finite
+from .diffusion_gemma_packed import CanvasPass, canvas_pass, packed_canvas_logits
 from ...errors import ModelError
 from .hf import read_generation_config, read_tokenizer_config
 from ...tokenizer import Tokenizer
@@ -135,8 +138,9 @@ class GemmaDenoiser:
         self.vocab_size = model.config.text_config.vocab_size
         self.canvas_length = model.config.canvas_length
         self.bos_id = model.config.text_config.bos_token_id
-        self.passes = 0  # decoder passes so far (one per step: measured in tests and bench/)
+        self.passes = 0  # decoder passes so far, a run's step each, packed or not (measured in tests and bench/)
         self._check_finite = True  # the first decoder pass after each encode is checked
+        self.quantized = False  # torchao's experts: set by load_gemma
 
     @property
     def device(self) -> torch.device:
@@ -184,14 +188,35 @@ class GemmaDenoiser:
     @torch.no_grad()
     def canvas_logits(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, context: Context) -> torch.Tensor:
         """One decoder pass: canvas [B, C] (+ the previous step's logits) -> logits [B, C, V] float32."""
-        self.passes += 1
-        out = self.model(decoder_input_ids=canvas, self_conditioning_logits=self_conditioning,
-                         decoder_attention_mask=context.decoder_mask, cache=context.cache,
-                         decoder_position_ids=context.positions)
+        logits = self.packed_logits([canvas_pass(canvas, self_conditioning, context)])[0]
         if self._check_finite:  # one host read per run: NaN logits would otherwise fail inside torch.multinomial
             self._check_finite = False
-            check_finite(out.logits)
-        return out.logits
+            check_finite(logits)
+        return logits
+
+    # Continuous batching (core/batch.py): a run's view hands `canvas_pass` to the batcher, which runs a pack by `packed_logits`.
+
+    @property
+    def packs(self) -> bool:
+        """Whether concurrent runs may share decoder passes (core.batch.batchable): the model on one
+        device with plain weights. A model spread by device_map, and torchao's quantized experts,
+        run one run at a time: nothing has checked them packed."""
+        devices = set((getattr(self.model, "hf_device_map", None) or {}).values())
+        return len(devices) <= 1 and not self.quantized
+
+    def canvas_pass(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, context: Context) -> CanvasPass:
+        return canvas_pass(canvas, self_conditioning, context)
+
+    @torch.no_grad()
+    def packed_logits(self, passes: list[CanvasPass]) -> list[torch.Tensor]:
+        """Each pass's logits [B, C, V] float32: one pass is the model's own call, several one packed forward."""
+        self.passes += len(passes)
+        if len(passes) > 1:
+            return packed_canvas_logits(self.model, passes)
+        one = passes[0]
+        return [self.model(decoder_input_ids=one.ids, self_conditioning_logits=one.self_conditioning,
+                           decoder_attention_mask=one.context.decoder_mask, cache=one.context.cache,
+                           decoder_position_ids=one.context.positions).logits]
 
 
 def _transformers_class(name: str):
@@ -373,7 +398,9 @@ def load_gemma(path: Path, device: str = "cpu", dtype: torch.dtype | None = None
             raise ModelError(f"cannot quantize DiffusionGemma to {quantize} here: {str(exc).splitlines()[0]}") from None
     spec.check(model.config.text_config.vocab_size)
     log.info("loaded DiffusionGemma from %s (%s, %s)", path, device_map or device, kwargs["dtype"])
-    return GemmaDenoiser(model, tokenizer, spec, schedule)
+    denoiser = GemmaDenoiser(model, tokenizer, spec, schedule)
+    denoiser.quantized = quantize is not None
+    return denoiser
 
 
 _NOT_CONFIG_ARGUMENTS = ("architectures", "transformers_version", "dtype", "torch_dtype", "model_type")
