@@ -143,10 +143,11 @@ def packed_scores(model: Transformer, passes: list[Pass]) -> list[torch.Tensor]:
 class StepBatcher:
     """Gathers the passes of the runs on one model into one forward pass per step."""
 
-    def __init__(self, denoiser: Denoiser, max_wait: float = MAX_WAIT, rows: int = ROWS_PER_PASS) -> None:
+    def __init__(self, denoiser: Denoiser, max_wait: float = MAX_WAIT, rows: int | None = None) -> None:
         self.denoiser = denoiser
         self.max_wait = max_wait
-        self.rows = rows  # most rows in one packed pass (ROWS_PER_PASS)
+        # Most rows in one packed pass: ROWS_PER_PASS, or the family's own (DiffusionGemma's `rows_per_pass`).
+        self.rows = rows if rows is not None else getattr(denoiser, "rows_per_pass", ROWS_PER_PASS)
         self._changed = threading.Condition()
         self._members = 0  # runs inside member(): each hands in one pass per step
         self._pending: list[Pass] = []

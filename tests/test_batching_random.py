@@ -1,0 +1,244 @@
+"""Continuous batching for DiffusionGemma's random-token loop (core/batch.py with the family's own
+packed forward, core/models/families/diffusion_gemma_packed.py): concurrent runs share each step's
+decoder pass, each keeps its own canvas, encoder cache, schedule, seed and random stream, and each
+gets exactly what it gets alone, token for token.
+
+The tiny checkpoint is transformers' real architecture (tests/gemma_checkpoint.py): a sliding and a
+full attention layer, experts, self-conditioning. A run's temperatures come from the release's
+linear schedule over its own step budget, so runs of different budgets sample at different
+temperatures at every step (a user sets no temperature on this loop).
+"""
+from __future__ import annotations
+
+import re
+import threading
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from sharpen.core.batch import batchable
+from sharpen.core.constraints import Constraint
+from sharpen.core.request import EditRequest
+from sharpen.core.run import Done, Runner
+from sharpen.core.settings import Sampling
+from sharpen.core.spans import Span
+
+pytest.importorskip("transformers.models.diffusion_gemma")
+
+TEXT = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"
+LONG = TEXT + "".join(f"def f{i}(x):\n    return x * {i}\n\n" for i in range(6))
+WHEN = 'when = ""\n'
+DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    from gemma_checkpoint import write_diffusion_gemma
+
+    from sharpen.core.models.families.diffusion_gemma import load_gemma
+
+    return load_gemma(write_diffusion_gemma(tmp_path_factory.mktemp("gemma-batch") / "diffusiongemma-tiny", canvas_length=48))
+
+
+def requests() -> list[EditRequest]:
+    """Runs that differ in everything a random-token run may: context length (the encoder cache, past
+    the sliding window or not), canvas length (a short tail after the span, or a canvas cut to the
+    model's 48), slot layout (an infill; a rewrite beside a second infill), samples, seed, step budget
+    (so the temperature schedule), and a constrained span beside unconstrained ones."""
+    middle = LONG.index("def f3")
+    return [
+        EditRequest(TEXT, (Span(15, 31),), Sampling(seed=1, steps=6)),
+        EditRequest(LONG, (Span(middle, middle, max_tokens=12),), Sampling(seed=7, steps=11)),
+        EditRequest(TEXT, (Span(15, 31, "rewrite", strength=0.5), Span(len(TEXT) - 1, len(TEXT) - 1, max_tokens=4)),
+                    Sampling(seed=4, steps=9, samples=2)),
+        EditRequest(WHEN, (Span(8, 8, max_tokens=14, constraint=Constraint(regex=DATE)),), Sampling(seed=0, steps=8)),
+    ]
+
+
+def fingerprint(done: Done) -> tuple:
+    result = done.result
+    return result.text, result.steps, tuple((r.text, r.tokens, r.alternatives) for r in result.spans), done.sharp_per_step
+
+
+def run_together(runner: Runner, batch: list[EditRequest], stops=None) -> list:
+    out: list = [None] * len(batch)
+    start = threading.Barrier(len(batch))
+
+    def one(i: int) -> None:
+        start.wait()
+        out[i] = list(runner.run(batch[i], stops[i] if stops else (lambda: False), every=0.0))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(batch))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not any(t.is_alive() for t in threads)
+    return out
+
+
+def gathered(runner: Runner, runs: int) -> None:
+    """Every pass waits for every run and packs them all: each step is shared by all runs still in."""
+    runner.batcher.max_wait = 1.0
+    runner.batcher.rows = 10**6
+    member, gate = runner.batcher.member, threading.Barrier(runs)
+
+    @contextmanager
+    def joined():  # every run is in the batch before any hands in its first pass
+        with member() as view:
+            gate.wait(60)
+            yield view
+
+    runner.batcher.member = joined
+
+
+def recorded_packs(denoiser, monkeypatch) -> list[list[tuple[object, bool]]]:
+    """Each pack the batcher runs, as (the run's encoder context, whether it is the run's first step)
+    per pass: the contexts are kept, so no two runs' ever share an id."""
+    packs: list = []
+    forward = denoiser.packed_logits
+
+    def recording(passes):
+        packs.append([(p.context, p.self_conditioning is None) for p in passes])
+        return forward(passes)
+
+    monkeypatch.setattr(denoiser, "packed_logits", recording)
+    return packs
+
+
+def test_a_packed_decoder_pass_equals_each_pass_alone_bit_for_bit(gemma):
+    """Contexts shorter and longer than the sliding window, one row and three, canvases of 48, 20
+    and 7, with and without the previous step's logits: logits equal to the model's own call."""
+    from sharpen.core.models.families.diffusion_gemma_packed import canvas_pass, packed_canvas_logits
+
+    generator = torch.Generator().manual_seed(0)
+    passes = []
+    for context, rows, canvas, conditioned in ((5, 1, 48, False), (30, 2, 20, True), (9, 1, 48, True), (40, 3, 7, False)):
+        encoded = gemma.encode(torch.randint(0, gemma.vocab_size, (rows, context), generator=generator), canvas)
+        ids = torch.randint(0, gemma.vocab_size, (rows, canvas), generator=generator)  # [B, C]
+        previous = torch.randn(rows, canvas, gemma.vocab_size, generator=generator) if conditioned else None  # [B, C, V]
+        passes.append(canvas_pass(ids, previous, encoded))
+    alone = [gemma.canvas_logits(p.ids, p.self_conditioning, p.context) for p in passes]
+    packed = packed_canvas_logits(gemma.model, passes)
+    for one, together in zip(alone, packed):
+        assert together.shape == one.shape and torch.equal(together, one)
+
+
+def test_four_runs_batched_equal_each_run_alone_token_for_token(gemma):
+    alone = [fingerprint(Runner(gemma).result(r)) for r in requests()]
+    runner = Runner(gemma, batch=4)
+    assert runner.batcher is not None
+    gathered(runner, 4)
+    heads: list[int] = []  # rows of each vocabulary projection: one per pack, its runs' rows together
+    hook = gemma.model.lm_head.register_forward_hook(lambda module, args, out: heads.append(out.shape[-2]))
+    try:
+        events = run_together(runner, requests())
+    finally:
+        hook.remove()
+    assert [fingerprint(e[-1]) for e in events] == alone
+    assert re.fullmatch(DATE, events[3][-1].result.spans[0].text)  # the constrained run, steered beside the others
+    assert all([f.step for f in e[:-1]] == list(range(len(e) - 1)) for e in events)  # frames as alone: step 0 .. n
+    shared = runner.batcher.runs_per_pass
+    # Every step shared: four runs while all four run, then fewer as the 6-step run and the others leave.
+    assert shared[0] == 4 and max(shared) == 4 and runner.batcher.passes == 11 and sum(shared) == 6 + 11 + 9 + 8
+    assert shared == sorted(shared, reverse=True) and 2 in shared and 3 in shared
+    assert len(heads) == runner.batcher.passes and max(heads) > 48  # one forward per pack, not one per run
+    assert runner.waiting == 0
+
+
+def test_runs_join_and_leave_at_step_boundaries_and_each_gets_what_it_gets_alone(gemma, monkeypatch):
+    """Five runs, three at a time: the fourth and fifth join while others are mid-way, at their own
+    first step beside runs many steps in."""
+    batch = [*requests(), EditRequest(LONG, (Span(len(LONG) - 1, len(LONG) - 1, max_tokens=8),), Sampling(seed=9, steps=5))]
+    alone = [fingerprint(Runner(gemma).result(r)) for r in batch]
+    runner = Runner(gemma, max_waiting=8, batch=3)
+    runner.batcher.max_wait, runner.batcher.rows = 1.0, 10**6  # every step of the runs in the batch is shared
+    packs = recorded_packs(gemma, monkeypatch)
+    events = run_together(runner, batch)
+    assert [fingerprint(e[-1]) for e in events] == alone
+    assert max(runner.batcher.runs_per_pass) == 3  # never more than the batch
+    runs = {id(run) for pack in packs for run, _ in pack}
+    assert len(runs) == 5
+    joined_midway = [pack for pack in packs if any(first for _, first in pack) and not all(first for _, first in pack)]
+    assert joined_midway  # a run's first step packed beside a run already under way
+
+
+def test_a_cancelled_run_leaves_the_batch_within_one_step_and_the_others_are_unchanged(gemma):
+    batch = requests()
+    alone = [fingerprint(Runner(gemma).result(r)) for r in batch]
+    runner = Runner(gemma, batch=4)
+    runner.batcher.max_wait = 1.0
+    seen = {"frames": 0, "passes_at_stop": None}
+
+    def stop_after_three() -> bool:  # read by the loop between steps: true from the cancelled run's third frame on
+        if seen["passes_at_stop"] is None and seen["frames"] >= 3:
+            seen["passes_at_stop"] = len(runner.batcher.runs_per_pass)
+        return seen["passes_at_stop"] is not None
+
+    stops = [lambda: False, stop_after_three, lambda: False, lambda: False]
+    out: list = [None] * 4
+    start = threading.Barrier(4)
+
+    def one(i: int) -> None:
+        start.wait()
+        events = []
+        for event in runner.run(batch[i], stops[i]):
+            events.append(event)
+            if i == 1:
+                seen["frames"] += 1
+        out[i] = events
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not isinstance(out[1][-1], Done)  # cancelled: no result
+    assert [fingerprint(out[i][-1]) for i in (0, 2, 3)] == [alone[i] for i in (0, 2, 3)]
+    after = runner.batcher.runs_per_pass[seen["passes_at_stop"]:]
+    assert after and max(after) <= 3  # after the stop was seen, no pass held four runs again
+    assert runner.waiting == 0
+
+
+def test_a_pass_that_fails_in_a_pack_fails_only_its_own_run(gemma):
+    from sharpen.core.models.families.diffusion_gemma_packed import canvas_pass
+
+    runner = Runner(gemma, batch=2)
+    runner.batcher.max_wait = 1.0
+    context = torch.tensor([[gemma.bos_id, *gemma.tokenizer.encode("def add(a, b):\n")]])  # [1, L]
+    good = torch.randint(0, gemma.vocab_size, (1, 12), generator=torch.Generator().manual_seed(3))  # [1, C]
+    broken = torch.full((1, 12), 10**6)  # ids past the vocabulary: the embedding raises
+    out: dict = {}
+    both_in = threading.Barrier(2)
+
+    def one(name: str, canvas: torch.Tensor) -> None:
+        with runner.batcher.member() as view:
+            encoded = view.encode(context, canvas.shape[1])
+            both_in.wait(30)
+            try:
+                out[name] = view.canvas_logits(canvas, None, encoded)
+            except Exception as exc:  # noqa: BLE001 - what the run's own thread sees
+                out[name] = exc
+
+    threads = [threading.Thread(target=one, args=(name, x)) for name, x in (("good", good), ("broken", broken))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert runner.batcher.runs_per_pass == [2]  # packed together
+    assert isinstance(out["broken"], IndexError)
+    alone = gemma.packed_logits([canvas_pass(good, None, gemma.encode(context, 12))])[0]
+    assert torch.equal(out["good"], alone)
+
+
+def test_diffusion_gemma_packs_on_one_device_with_plain_weights(gemma, monkeypatch):
+    assert batchable(gemma)
+    runner = Runner(gemma, batch=4)
+    assert runner.batcher is not None and runner.batcher.rows == 4 * gemma.canvas_length  # whole canvases pack
+    assert Runner(gemma).batcher is None  # batch 1: one at a time (the editor)
+    monkeypatch.setattr(gemma, "quantized", True)
+    assert not batchable(gemma)  # torchao's experts: unchecked packed, one at a time
+    monkeypatch.setattr(gemma, "quantized", False)
+    monkeypatch.setattr(gemma.model, "hf_device_map", {"model.encoder": 0, "model.decoder": 1}, raising=False)
+    assert not batchable(gemma)  # spread over devices
