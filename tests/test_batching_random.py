@@ -33,12 +33,17 @@ DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
 
 
 @pytest.fixture(scope="module")
-def gemma(tmp_path_factory):
+def gemma_dir(tmp_path_factory):
     from gemma_checkpoint import write_diffusion_gemma
 
+    return write_diffusion_gemma(tmp_path_factory.mktemp("gemma-batch") / "diffusiongemma-tiny", canvas_length=48)
+
+
+@pytest.fixture(scope="module")
+def gemma(gemma_dir):
     from sharpen.core.models.families.diffusion_gemma import load_gemma
 
-    return load_gemma(write_diffusion_gemma(tmp_path_factory.mktemp("gemma-batch") / "diffusiongemma-tiny", canvas_length=48))
+    return load_gemma(gemma_dir)
 
 
 def requests() -> list[EditRequest]:
@@ -107,11 +112,23 @@ def recorded_packs(denoiser, monkeypatch) -> list[list[tuple[object, bool]]]:
     return packs
 
 
-def test_a_packed_decoder_pass_equals_each_pass_alone_bit_for_bit(gemma):
+@pytest.fixture(scope="module")
+def gemma_int8(gemma_dir):
+    pytest.importorskip("torchao")
+    from sharpen.core.models.families.diffusion_gemma import load_gemma
+
+    return load_gemma(gemma_dir, quantize="int8")
+
+
+@pytest.mark.parametrize("weights", ["plain", "int8"])
+def test_a_packed_decoder_pass_equals_each_pass_alone_bit_for_bit(request, weights):
     """Contexts shorter and longer than the sliding window, one row and three, canvases of 48, 20
-    and 7, with and without the previous step's logits: logits equal to the model's own call."""
+    and 7, with and without the previous step's logits: logits equal to the model's own call, with
+    plain weights and with torchao's int8 experts (--quantize int8)."""
     from sharpen.core.models.families.diffusion_gemma_packed import canvas_pass, packed_canvas_logits
 
+    gemma = request.getfixturevalue("gemma" if weights == "plain" else "gemma_int8")
+    assert batchable(gemma)
     generator = torch.Generator().manual_seed(0)
     passes = []
     for context, rows, canvas, conditioned in ((5, 1, 48, False), (30, 2, 20, True), (9, 1, 48, True), (40, 3, 7, False)):
@@ -232,13 +249,13 @@ def test_a_pass_that_fails_in_a_pack_fails_only_its_own_run(gemma):
     assert torch.equal(out["good"], alone)
 
 
-def test_diffusion_gemma_packs_on_one_device_with_plain_weights(gemma, monkeypatch):
+def test_diffusion_gemma_packs_on_one_device(gemma, monkeypatch):
+    from sharpen.app.backend import LocalBackend
+
     assert batchable(gemma)
+    assert LocalBackend.of(gemma, batch=8).load_report() == "up to 8 runs share each forward pass"  # the server's startup line
     runner = Runner(gemma, batch=4)
     assert runner.batcher is not None and runner.batcher.rows == 4 * gemma.canvas_length  # whole canvases pack
     assert Runner(gemma).batcher is None  # batch 1: one at a time (the editor)
-    monkeypatch.setattr(gemma, "quantized", True)
-    assert not batchable(gemma)  # torchao's experts: unchecked packed, one at a time
-    monkeypatch.setattr(gemma, "quantized", False)
     monkeypatch.setattr(gemma.model, "hf_device_map", {"model.encoder": 0, "model.decoder": 1}, raising=False)
     assert not batchable(gemma)  # spread over devices

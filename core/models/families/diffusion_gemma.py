@@ -19,6 +19,7 @@ import contextlib
 import logging
 import math
 import re
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -139,8 +140,8 @@ class GemmaDenoiser:
         self.canvas_length = model.config.canvas_length
         self.bos_id = model.config.text_config.bos_token_id
         self.passes = 0  # decoder passes so far, a run's step each, packed or not (measured in tests and bench/)
+        self._counting = threading.Lock()  # packs of concurrent runs may run side by side (core/batch.py)
         self._check_finite = True  # the first decoder pass after each encode is checked
-        self.quantized = False  # torchao's experts: set by load_gemma
         # Rows one packed decoder pass holds (core/batch.py): four whole canvases. Every step is a whole
         # canvas, and packing them pays (the expert loop and the weight reads run once for the pack):
         # on the tiny fixture four 256-row canvases packed take 0.60x the four alone, four 48-row 0.32x.
@@ -203,10 +204,10 @@ class GemmaDenoiser:
     @property
     def packs(self) -> bool:
         """Whether concurrent runs may share decoder passes (core.batch.batchable): the model on one
-        device with plain weights. A model spread by device_map, and torchao's quantized experts,
-        run one run at a time: nothing has checked them packed."""
+        device (int8 experts too: packed equal to alone, tests/test_batching_random.py). A model
+        spread by device_map moves its rows between devices layer by layer: one run at a time."""
         devices = set((getattr(self.model, "hf_device_map", None) or {}).values())
-        return len(devices) <= 1 and not self.quantized
+        return len(devices) <= 1
 
     def canvas_pass(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, context: Context) -> CanvasPass:
         return canvas_pass(canvas, self_conditioning, context)
@@ -214,7 +215,8 @@ class GemmaDenoiser:
     @torch.no_grad()
     def packed_logits(self, passes: list[CanvasPass]) -> list[torch.Tensor]:
         """Each pass's logits [B, C, V] float32: one pass is the model's own call, several one packed forward."""
-        self.passes += len(passes)
+        with self._counting:
+            self.passes += len(passes)
         if len(passes) > 1:
             return packed_canvas_logits(self.model, passes)
         one = passes[0]
@@ -402,9 +404,7 @@ def load_gemma(path: Path, device: str = "cpu", dtype: torch.dtype | None = None
             raise ModelError(f"cannot quantize DiffusionGemma to {quantize} here: {str(exc).splitlines()[0]}") from None
     spec.check(model.config.text_config.vocab_size)
     log.info("loaded DiffusionGemma from %s (%s, %s)", path, device_map or device, kwargs["dtype"])
-    denoiser = GemmaDenoiser(model, tokenizer, spec, schedule)
-    denoiser.quantized = quantize is not None
-    return denoiser
+    return GemmaDenoiser(model, tokenizer, spec, schedule)
 
 
 _NOT_CONFIG_ARGUMENTS = ("architectures", "transformers_version", "dtype", "torch_dtype", "model_type")
