@@ -32,10 +32,11 @@ the packed rows together, token by token, and runs each expert once for the unio
 
 DiffusionGemma's random-token loop packs through its own forward: its model is transformers'
 encoder-decoder, not the native backbone, so the family gives the batcher its passes
-(`canvas_pass`: a run's canvas, its previous logits, its encoder cache) and the packed forward
-that runs them (`packed_logits`, core/models/families/diffusion_gemma_packed.py: the canvas rows
-of every run packed for the row-wise work and the experts, attention per run over its own
-encoder cache then its own canvas).
+(`encode_pass`: a run's context, once; `canvas_pass`: a step's canvas, its previous logits, its
+encoder cache) and the forward that runs a pack of them (`run_passes`,
+core/models/families/diffusion_gemma_packed.py: every pass's rows packed for the row-wise work
+and the experts, attention per run, a canvas over its own encoder cache then itself, a context
+causally over itself into its own cache).
 
 Only those, eager and on one device, pack; other models (remote code, a compiled step, a model
 spread over devices) run one at a time (`batchable`).
@@ -83,8 +84,8 @@ def batchable(denoiser) -> bool:
     step has its own bucketed shapes), on one device, on a loop whose every pass goes through
     `Denoiser.logits` (the masked loop, and the block-causal ones through core/loops/scaffold.py).
     Experts route each token on its own (no capacity limit), so a mixture of experts packs too.
-    A family with its own packed forward (`packed_logits`: DiffusionGemma) says when it packs."""
-    if callable(getattr(type(denoiser), "packed_logits", None)):
+    A family with its own packed forward (`run_passes`: DiffusionGemma) says when it packs."""
+    if callable(getattr(type(denoiser), "run_passes", None)):
         return bool(denoiser.packs) and denoiser.spec.loop in PACKED_LOOPS
     if type(denoiser) is not Denoiser or denoiser.compiled:
         return False
@@ -246,9 +247,9 @@ class StepBatcher:
                 work.error = exc
 
     def _forward(self, batch: list[Pass]) -> list[torch.Tensor]:
-        """Each pass's logits from one forward: a family's own (`packed_logits`: DiffusionGemma's
-        decoder, core/models/families/diffusion_gemma_packed.py) or the native backbone's."""
-        family = getattr(self.denoiser, "packed_logits", None)
+        """Each pass's logits from one forward: a family's own (`run_passes`: DiffusionGemma's,
+        core/models/families/diffusion_gemma_packed.py) or the native backbone's."""
+        family = getattr(self.denoiser, "run_passes", None)
         if family is not None:
             return family(batch)
         model = self.denoiser.model
@@ -276,9 +277,9 @@ class BatchedDenoiser:
         return self._denoiser.new_cache(batch, length)
 
     def encode(self, ids: torch.Tensor, canvas_length: int):
-        """The random-token loop's context (DiffusionGemma's encoder, run by this run alone): a new cache."""
+        """The random-token loop's context (DiffusionGemma's encoder pass), handed to the batcher: a new cache."""
         self._check = True
-        return self._denoiser.encode(ids, canvas_length)
+        return self._batcher.submit(self._denoiser.encode_pass(ids, canvas_length))  # the run's Context
 
     def canvas_logits(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, context) -> torch.Tensor:
         """As the family's canvas_logits (the random-token loop's step), the pass handed to the batcher."""

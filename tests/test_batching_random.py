@@ -98,18 +98,24 @@ def gathered(runner: Runner, runs: int) -> None:
     runner.batcher.member = joined
 
 
-def recorded_packs(denoiser, monkeypatch) -> list[list[tuple[object, bool]]]:
-    """Each pack the batcher runs, as (the run's encoder context, whether it is the run's first step)
-    per pass: the contexts are kept, so no two runs' ever share an id."""
+def recorded_packs(denoiser, monkeypatch) -> list[list]:
+    """Each pack of passes the batcher runs (kept: no two runs' contexts ever share an id)."""
     packs: list = []
-    forward = denoiser.packed_logits
+    forward = denoiser.run_passes
 
     def recording(passes):
-        packs.append([(p.context, p.self_conditioning is None) for p in passes])
+        packs.append(list(passes))
         return forward(passes)
 
-    monkeypatch.setattr(denoiser, "packed_logits", recording)
+    monkeypatch.setattr(denoiser, "run_passes", recording)
     return packs
+
+
+def run_of(work) -> int:
+    """The run a recorded pass belongs to: its encoder Context (an encoder pass's result, once run)."""
+    from sharpen.core.models.families.diffusion_gemma_packed import EncodePass
+
+    return id(work.logits if isinstance(work, EncodePass) else work.context)
 
 
 @pytest.fixture(scope="module")
@@ -121,11 +127,13 @@ def gemma_int8(gemma_dir):
 
 
 @pytest.mark.parametrize("weights", ["plain", "int8"])
-def test_a_packed_decoder_pass_equals_each_pass_alone_bit_for_bit(request, weights):
-    """Contexts shorter and longer than the sliding window, one row and three, canvases of 48, 20
-    and 7, with and without the previous step's logits: logits equal to the model's own call, with
-    plain weights and with torchao's int8 experts (--quantize int8)."""
-    from sharpen.core.models.families.diffusion_gemma_packed import canvas_pass, packed_canvas_logits
+def test_a_packed_pass_equals_each_pass_alone_bit_for_bit(request, weights):
+    """Decoder passes (contexts shorter and longer than the sliding window, one row and three,
+    canvases of 48, 20 and 7, with and without the previous step's logits) and encoder passes
+    (contexts of 3 to 33 tokens) in one pack: each step's logits equal the model's own call, each
+    context's cache (every layer's keys and values) equals the encoder's own; with plain weights
+    and with torchao's int8 experts (--quantize int8)."""
+    from sharpen.core.models.families.diffusion_gemma_packed import EncodePass, canvas_pass, encode_pass, run_packed
 
     gemma = request.getfixturevalue("gemma" if weights == "plain" else "gemma_int8")
     assert batchable(gemma)
@@ -136,10 +144,18 @@ def test_a_packed_decoder_pass_equals_each_pass_alone_bit_for_bit(request, weigh
         ids = torch.randint(0, gemma.vocab_size, (rows, canvas), generator=generator)  # [B, C]
         previous = torch.randn(rows, canvas, gemma.vocab_size, generator=generator) if conditioned else None  # [B, C, V]
         passes.append(canvas_pass(ids, previous, encoded))
-    alone = [gemma.canvas_logits(p.ids, p.self_conditioning, p.context) for p in passes]
-    packed = packed_canvas_logits(gemma.model, passes)
-    for one, together in zip(alone, packed):
-        assert together.shape == one.shape and torch.equal(together, one)
+    for context, rows in ((33, 1), (3, 2), (17, 1)):  # encoder passes between and after the steps
+        passes.insert(len(passes) // 2, encode_pass(torch.randint(0, gemma.vocab_size, (rows, context), generator=generator), 24))
+    alone = [gemma.encode(p.ids, p.canvas_length) if isinstance(p, EncodePass) else gemma.canvas_logits(p.ids, p.self_conditioning, p.context)
+             for p in passes]
+    packed = run_packed(gemma.model, passes)
+    for p, one, together in zip(passes, alone, packed):
+        if isinstance(p, EncodePass):
+            layers = [(a.keys, b.keys, a.values, b.values) for a, b in zip(one.cache.layers, together.cache.layers)]
+            assert layers and all(torch.equal(x, y) and torch.equal(u, w) for x, y, u, w in layers)
+            assert torch.equal(together.positions, one.positions) and together.decoder_mask == one.decoder_mask
+        else:
+            assert together.shape == one.shape and torch.equal(together, one)
 
 
 def test_four_runs_batched_equal_each_run_alone_token_for_token(gemma):
@@ -157,10 +173,11 @@ def test_four_runs_batched_equal_each_run_alone_token_for_token(gemma):
     assert re.fullmatch(DATE, events[3][-1].result.spans[0].text)  # the constrained run, steered beside the others
     assert all([f.step for f in e[:-1]] == list(range(len(e) - 1)) for e in events)  # frames as alone: step 0 .. n
     shared = runner.batcher.runs_per_pass
-    # Every step shared: four runs while all four run, then fewer as the 6-step run and the others leave.
-    assert shared[0] == 4 and max(shared) == 4 and runner.batcher.passes == 11 and sum(shared) == 6 + 11 + 9 + 8
+    # Every pass shared: the four encoder passes, then four runs' steps while all four run, then fewer
+    # as the 6-step run and the others leave.
+    assert shared[0] == 4 and max(shared) == 4 and runner.batcher.passes == 1 + 11 and sum(shared) == 4 + 6 + 11 + 9 + 8
     assert shared == sorted(shared, reverse=True) and 2 in shared and 3 in shared
-    assert len(heads) == runner.batcher.passes and max(heads) > 48  # one forward per pack, not one per run
+    assert len(heads) == 11 and max(heads) > 48  # one vocabulary projection per step's pack, not one per run
     assert runner.waiting == 0
 
 
@@ -175,10 +192,14 @@ def test_runs_join_and_leave_at_step_boundaries_and_each_gets_what_it_gets_alone
     events = run_together(runner, batch)
     assert [fingerprint(e[-1]) for e in events] == alone
     assert max(runner.batcher.runs_per_pass) == 3  # never more than the batch
-    runs = {id(run) for pack in packs for run, _ in pack}
-    assert len(runs) == 5
-    joined_midway = [pack for pack in packs if any(first for _, first in pack) and not all(first for _, first in pack)]
-    assert joined_midway  # a run's first step packed beside a run already under way
+    from sharpen.core.models.families.diffusion_gemma_packed import CanvasPass, EncodePass
+
+    assert len({run_of(w) for pack in packs for w in pack}) == 5
+    under_way = lambda w: isinstance(w, CanvasPass) and w.self_conditioning is not None  # noqa: E731 - a run past its first step
+    first_step = lambda w: isinstance(w, CanvasPass) and w.self_conditioning is None  # noqa: E731
+    # A joining run's encoder pass, then its first step, packed beside runs already under way.
+    assert any(any(isinstance(w, EncodePass) for w in pack) and any(map(under_way, pack)) for pack in packs)
+    assert any(any(map(first_step, pack)) and any(map(under_way, pack)) for pack in packs)
 
 
 def test_a_cancelled_run_leaves_the_batch_within_one_step_and_the_others_are_unchanged(gemma):
@@ -231,8 +252,8 @@ def test_a_pass_that_fails_in_a_pack_fails_only_its_own_run(gemma):
 
     def one(name: str, canvas: torch.Tensor) -> None:
         with runner.batcher.member() as view:
-            encoded = view.encode(context, canvas.shape[1])
             both_in.wait(30)
+            encoded = view.encode(context, canvas.shape[1])
             try:
                 out[name] = view.canvas_logits(canvas, None, encoded)
             except Exception as exc:  # noqa: BLE001 - what the run's own thread sees
@@ -243,9 +264,9 @@ def test_a_pass_that_fails_in_a_pack_fails_only_its_own_run(gemma):
         t.start()
     for t in threads:
         t.join(60)
-    assert runner.batcher.runs_per_pass == [2]  # packed together
+    assert runner.batcher.runs_per_pass == [2, 2]  # the encoder passes packed, then the steps
     assert isinstance(out["broken"], IndexError)
-    alone = gemma.packed_logits([canvas_pass(good, None, gemma.encode(context, 12))])[0]
+    alone = gemma.run_passes([canvas_pass(good, None, gemma.encode(context, 12))])[0]
     assert torch.equal(out["good"], alone)
 
 
