@@ -280,3 +280,29 @@ def test_diffusion_gemma_packs_on_one_device(gemma, monkeypatch):
     assert Runner(gemma).batcher is None  # batch 1: one at a time (the editor)
     monkeypatch.setattr(gemma.model, "hf_device_map", {"model.encoder": 0, "model.decoder": 1}, raising=False)
     assert not batchable(gemma)  # spread over devices
+
+
+def test_an_encoder_whose_layers_differ_from_the_decoder_runs_its_passes_alone(gemma_dir):
+    """transformers ties the encoder's weights to the decoder's but not the layers' scalars: a
+    checkpoint that sets one apart cannot run encoder rows through the decoder's layers. Its encoder
+    passes then run alone, its steps still pack, and each equals the model's own call."""
+    from sharpen.core.models.families.diffusion_gemma import load_gemma
+    from sharpen.core.models.families.diffusion_gemma_packed import EncodePass, canvas_pass, encode_pass
+
+    gemma = load_gemma(gemma_dir)
+    assert gemma.layers_shared
+    gemma = load_gemma(gemma_dir)
+    with torch.no_grad():
+        gemma.model.model.encoder.language_model.layers[0].layer_scalar.fill_(0.5)  # changes what layer 1 caches
+    assert not gemma.layers_shared
+    generator = torch.Generator().manual_seed(1)
+    contexts = [torch.randint(0, gemma.vocab_size, (1, n), generator=generator) for n in (21, 6)]
+    steps = [canvas_pass(torch.randint(0, gemma.vocab_size, (1, 16), generator=generator), None, gemma.encode(c, 16)) for c in contexts]
+    passes = [steps[0], encode_pass(contexts[1], 16), steps[1], encode_pass(contexts[0], 16)]
+    together = gemma.run_passes(passes)
+    for p, result in zip(passes, together):
+        if isinstance(p, EncodePass):
+            alone = gemma.encode(p.ids, p.canvas_length)
+            assert all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values) for a, b in zip(alone.cache.layers, result.cache.layers))
+        else:
+            assert torch.equal(result, gemma.canvas_logits(p.ids, None, p.context))

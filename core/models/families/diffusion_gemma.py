@@ -21,13 +21,13 @@ import math
 import re
 import threading
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 
 import torch
 
 from ..denoiser import ModelSpec, check_finite
-from .diffusion_gemma_packed import Context, EncodePass, canvas_pass, encode_pass, run_alone, run_packed
+from .diffusion_gemma_packed import Context, EncodePass, canvas_pass, encode_pass, layers_shared, run_alone, run_packed
 from ...errors import ModelError
 from .hf import read_generation_config, read_tokenizer_config
 from ...tokenizer import Tokenizer
@@ -193,7 +193,17 @@ class GemmaDenoiser:
         one pass is the model's own call, several one packed forward (diffusion_gemma_packed.py)."""
         with self._counting:
             self.passes += sum(not isinstance(p, EncodePass) for p in passes)
+        if not self.layers_shared:  # encoder rows cannot ride the decoder's layers: its passes run alone
+            done = {id(p): run_alone(self.model, p) for p in passes if isinstance(p, EncodePass)}
+            steps = [p for p in passes if not isinstance(p, EncodePass)]
+            done |= dict(zip(map(id, steps), run_packed(self.model, steps) if len(steps) > 1 else map(partial(run_alone, self.model), steps)))
+            return [done[id(p)] for p in passes]
         return run_packed(self.model, passes) if len(passes) > 1 else [run_alone(self.model, passes[0])]
+
+    @cached_property
+    def layers_shared(self) -> bool:
+        """Whether a pack may run encoder rows through the decoder's layers (diffusion_gemma_packed.layers_shared)."""
+        return layers_shared(self.model)
 
 
 def _transformers_class(name: str):

@@ -107,6 +107,23 @@ def _finish_context(model, ids: torch.Tensor, cache, canvas_length: int) -> Cont
     return Context(cache, decoder_mask, positions)
 
 
+def layers_shared(model) -> bool:
+    """Whether the encoder's embedding and layers hold the decoder's tensors, so a pack may run encoder
+    rows through the decoder's layers: transformers ties the weights, not the buffers (each layer's
+    scalar), which a checkpoint could set apart; then the encoder's passes run alone."""
+    inner = model.model
+
+    def tensors(module, prefix: str) -> dict:
+        return {prefix + n: t for n, t in (*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False))}
+
+    encoder = tensors(inner.encoder.language_model.layers, "layers.") | tensors(inner.encoder.language_model.embed_tokens, "embed.")
+    decoder = tensors(inner.decoder.layers, "layers.") | tensors(inner.decoder.embed_tokens, "embed.")
+    try:
+        return encoder.keys() == decoder.keys() and all(t is decoder[n] or torch.equal(t, decoder[n]) for n, t in encoder.items())
+    except (RuntimeError, TypeError, NotImplementedError):  # a tensor subclass that cannot be compared: not shown shared
+        return False
+
+
 @torch.no_grad()  # as transformers' generate; torchao's quantized experts cannot run in inference mode
 def run_alone(model, one: Pass):
     """One pass by the model's own call: an EncodePass -> its Context, a CanvasPass -> logits [B, C, V] float32."""
