@@ -1,13 +1,14 @@
-"""DiffusionGemma's decoder pass for several runs at once: continuous batching of the random-token loop.
+"""DiffusionGemma's passes for several runs at once: continuous batching of the random-token loop.
 
     view.encode(ids, canvas_length)                          # a run's context, once: an EncodePass
     view.canvas_logits(canvas, self_conditioning, context)   # a run's step: a CanvasPass
     -> handed to the StepBatcher, whose pack runs as run_packed(model, passes) (one pass: run_alone)
 
 Each run keeps its own canvas, encoder cache, schedule, seed and random stream
-(core/loops/random_token.py runs as it does alone); only its passes go through the batcher. The pass is transformers' own model (DiffusionGemmaForBlockDiffusion), not sharpen's
-Transformer, so `packed_scores` cannot run it: this module is its packed forward, built from the
-model's own submodules in the order its `forward` calls them.
+(core/loops/random_token.py runs as it does alone); only its passes go through the batcher. The
+model is transformers' own (DiffusionGemmaForBlockDiffusion), not sharpen's Transformer, so
+`packed_scores` cannot run it: this module is its packed forward, built from the model's own
+submodules in the order its `forward` calls them.
 
 **Packed rows, not padding.** Everything in a decoder step but attention works row by row: the
 scaled embedding, self-conditioning (a row's previous logits, softmaxed, times the embedding, then
@@ -23,8 +24,9 @@ window) followed by its own canvas, bidirectionally, by the same attention call 
 for that run alone, with the run's own masks. Padding instead would pad every run's encoder cache
 to the longest context and every canvas to the longest one and mask the pad keys, while the pass
 alone runs with no mask at all (transformers drops it when nothing is padded), so a padded run
-would go through another attention kernel than alone and could round differently, and the pad
-rows would cost the row-wise work for nothing. Packed, no row of one run ever meets another run's
+would go through another attention kernel than alone and could round differently; the sliding
+layers' caches differ in length by run too; and the pad rows would cost the row-wise work, and a
+pass through the experts, for nothing. Packed, no row of one run ever meets another run's
 keys, and each run's logits are bit for bit those of its pass alone on the CPU
 (tests/test_batching_random.py).
 
@@ -33,6 +35,9 @@ decoder share every layer weight, so a run's encoder rows go through the same ro
 same pack as other runs' canvas rows, and attend causally (a sliding layer within its window) over
 their own context, writing that run's own cache, as the encoder alone does. A run joining the batch
 thus hands in its encoder pass beside the others' step, not a pass of its own they wait for.
+Only where the encoder's tensors are the decoder's (`layers_shared`: transformers ties the
+weights, not each layer's scalar buffer) do encoder rows ride the decoder's layers; otherwise
+encoder passes run alone and the steps still pack.
 """
 from __future__ import annotations
 
