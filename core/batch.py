@@ -30,9 +30,16 @@ block. Nothing is padded, so no key length has to match; prefills and block writ
 writes its own cache), a whole canvas in a pack of its own. A mixture of experts (LLaDA2) routes
 the packed rows together, token by token, and runs each expert once for the union of its rows.
 
-Only the native backbone, eager and on one device, on the masked or block-causal loop packs;
-other models (remote code, a compiled step, a model spread over devices, DiffusionGemma's
-random-token loop) run one at a time (`batchable`).
+DiffusionGemma's random-token loop packs through its own forward: its model is transformers'
+encoder-decoder, not the native backbone, so the family gives the batcher its passes
+(`encode_pass`: a run's context, once; `canvas_pass`: a step's canvas, its previous logits, its
+encoder cache) and the forward that runs a pack of them (`run_passes`,
+core/models/families/diffusion_gemma_packed.py: every pass's rows packed for the row-wise work
+and the experts, attention per run, a canvas over its own encoder cache then itself, a context
+causally over itself into its own cache).
+
+Only those, eager and on one device, pack; other models (remote code, a compiled step, a model
+spread over devices) run one at a time (`batchable`).
 """
 from __future__ import annotations
 
@@ -65,9 +72,9 @@ MAX_WAIT = 0.02  # seconds
 # a whole-canvas pass runs in its own pack, in parallel with the others where a core is free.
 ROWS_PER_PASS = 128
 
-# The loop kinds (core/loops/kinds.py) whose passes all go through Denoiser.logits, and so through
-# BatchedDenoiser. The random-token loop is not here: nothing has checked it against packing.
-PACKED_LOOPS = ("masked", "block-causal")
+# The loop kinds (core/loops/kinds.py) whose passes all go through BatchedDenoiser: Denoiser.logits
+# (masked, block-causal) or the random-token loop's canvas_logits (a family's own packed forward).
+PACKED_LOOPS = ("masked", "block-causal", "random-token")
 
 RECENT_PASSES = 4096  # passes whose run counts StepBatcher keeps (tests read them; /metrics reads the totals)
 
@@ -76,7 +83,10 @@ def batchable(denoiser) -> bool:
     """Whether runs on `denoiser` can share passes: sharpen's own backbone run eagerly (a compiled
     step has its own bucketed shapes), on one device, on a loop whose every pass goes through
     `Denoiser.logits` (the masked loop, and the block-causal ones through core/loops/scaffold.py).
-    Experts route each token on its own (no capacity limit), so a mixture of experts packs too."""
+    Experts route each token on its own (no capacity limit), so a mixture of experts packs too.
+    A family with its own packed forward (`run_passes`: DiffusionGemma) says when it packs."""
+    if callable(getattr(type(denoiser), "run_passes", None)):
+        return bool(denoiser.packs) and denoiser.spec.loop in PACKED_LOOPS
     if type(denoiser) is not Denoiser or denoiser.compiled:
         return False
     model = denoiser.model
@@ -134,10 +144,11 @@ def packed_scores(model: Transformer, passes: list[Pass]) -> list[torch.Tensor]:
 class StepBatcher:
     """Gathers the passes of the runs on one model into one forward pass per step."""
 
-    def __init__(self, denoiser: Denoiser, max_wait: float = MAX_WAIT, rows: int = ROWS_PER_PASS) -> None:
+    def __init__(self, denoiser: Denoiser, max_wait: float = MAX_WAIT, rows: int | None = None) -> None:
         self.denoiser = denoiser
         self.max_wait = max_wait
-        self.rows = rows  # most rows in one packed pass (ROWS_PER_PASS)
+        # Most rows in one packed pass: ROWS_PER_PASS, or the family's own (DiffusionGemma's `rows_per_pass`).
+        self.rows = rows if rows is not None else getattr(denoiser, "rows_per_pass", ROWS_PER_PASS)
         self._changed = threading.Condition()
         self._members = 0  # runs inside member(): each hands in one pass per step
         self._pending: list[Pass] = []
@@ -222,28 +233,31 @@ class StepBatcher:
 
     def _run(self, batch: list[Pass]) -> None:
         """One packed pass for `batch`; if it fails, each pass alone, so only a broken run fails."""
-        model = self.denoiser.model
         try:
-            with torch.inference_mode():
-                if len(batch) == 1:  # nothing to pack with: the plain pass (packing one costs 20% more)
-                    one = batch[0]
-                    results = [model.scores(one.ids, one.positions, one.cache, one.rows, one.attend)]
-                else:
-                    results = packed_scores(model, batch)
+            results = self._forward(batch)
         except Exception:  # noqa: BLE001 - each pass is retried alone below and fails on its own
             log.debug("a packed pass of %d runs failed; running them one by one", len(batch), exc_info=True)
             results = None
         for i, work in enumerate(batch):
             try:
-                if results is not None:
-                    work.logits = results[i]
-                else:
-                    with torch.inference_mode():
-                        work.logits = model.scores(work.ids, work.positions, work.cache, work.rows, work.attend)
+                work.logits = results[i] if results is not None else self._forward([work])[0]
             except torch.OutOfMemoryError:
                 work.error = ModelError(OUT_OF_MEMORY)
             except Exception as exc:  # noqa: BLE001 - handed to the run it belongs to, in its own thread
                 work.error = exc
+
+    def _forward(self, batch: list[Pass]) -> list[torch.Tensor]:
+        """Each pass's logits from one forward: a family's own (`run_passes`: DiffusionGemma's,
+        core/models/families/diffusion_gemma_packed.py) or the native backbone's."""
+        family = getattr(self.denoiser, "run_passes", None)
+        if family is not None:
+            return family(batch)
+        model = self.denoiser.model
+        with torch.inference_mode():
+            if len(batch) == 1:  # nothing to pack with: the plain pass (packing one costs 20% more)
+                one = batch[0]
+                return [model.scores(one.ids, one.positions, one.cache, one.rows, one.attend)]
+            return packed_scores(model, batch)
 
 
 class BatchedDenoiser:
@@ -261,6 +275,19 @@ class BatchedDenoiser:
     def new_cache(self, batch: int, length: int) -> KVCache:
         self._check = True
         return self._denoiser.new_cache(batch, length)
+
+    def encode(self, ids: torch.Tensor, canvas_length: int):
+        """The random-token loop's context (DiffusionGemma's encoder pass), handed to the batcher: a new cache."""
+        self._check = True
+        return self._batcher.submit(self._denoiser.encode_pass(ids, canvas_length))  # the run's Context
+
+    def canvas_logits(self, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, context) -> torch.Tensor:
+        """As the family's canvas_logits (the random-token loop's step), the pass handed to the batcher."""
+        logits = self._batcher.submit(self._denoiser.canvas_pass(canvas, self_conditioning, context))  # [B, C, V]
+        if self._check:
+            self._check = False
+            check_finite(logits)
+        return logits
 
     def logits(self, x: torch.Tensor, want: torch.Tensor | None = None, run: torch.Tensor | None = None,
                cache: KVCache | None = None, attend: Attend = FULL) -> torch.Tensor:

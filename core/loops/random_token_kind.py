@@ -4,6 +4,10 @@ An encoder-decoder: the text before the first span goes to the encoder, the rest
 decoder's canvas (random_token.py split_canvas). Its schedule (temperatures, entropy bound,
 stopping rule) is the release's generation_config.json; a user turns only the step budget, the
 seed and the samples, and every other sampling setting is refused.
+
+Concurrent runs share passes (core/batch.py): a server run's denoiser is then its view of the
+batcher, whose `encode` and `canvas_logits` hand the run's pass to the step's pack
+(core/models/families/diffusion_gemma_packed.py); the loop runs unchanged.
 """
 from __future__ import annotations
 
