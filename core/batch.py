@@ -30,9 +30,10 @@ block. Nothing is padded, so no key length has to match; prefills and block writ
 writes its own cache), a whole canvas in a pack of its own. A mixture of experts (LLaDA2) routes
 the packed rows together, token by token, and runs each expert once for the union of its rows.
 
-Only the native backbone, eager and on one device, on the masked or block-causal loop packs;
-other models (remote code, a compiled step, a model spread over devices, DiffusionGemma's
-random-token loop) run one at a time (`batchable`).
+Only the native backbone on one device, on the masked or block-causal loop, packs; other models
+(remote code, a model spread over devices, DiffusionGemma's random-token loop) run one at a
+time (`batchable`). A compiled denoiser (`--compile`) packs too: its packs run on bucketed
+shapes through one compiled function, CUDA graphs per bucket (core/models/compiled_pack.py).
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ from typing import Iterator
 
 import torch
 
+from .models.compiled_pack import CompiledPack
 from .models.denoiser import OUT_OF_MEMORY, Denoiser, check_finite
 from .errors import ModelError
 from .models.kv_cache import FULL, Attend, KVCache
@@ -73,11 +75,11 @@ RECENT_PASSES = 4096  # passes whose run counts StepBatcher keeps (tests read th
 
 
 def batchable(denoiser) -> bool:
-    """Whether runs on `denoiser` can share passes: sharpen's own backbone run eagerly (a compiled
-    step has its own bucketed shapes), on one device, on a loop whose every pass goes through
+    """Whether runs on `denoiser` can share passes: sharpen's own backbone (eager, or compiled:
+    CompiledPack), on one device, on a loop whose every pass goes through
     `Denoiser.logits` (the masked loop, and the block-causal ones through core/loops/scaffold.py).
     Experts route each token on its own (no capacity limit), so a mixture of experts packs too."""
-    if type(denoiser) is not Denoiser or denoiser.compiled:
+    if type(denoiser) is not Denoiser:
         return False
     model = denoiser.model
     return (isinstance(model, Transformer) and model.layer_devices is None
@@ -146,6 +148,7 @@ class StepBatcher:
         self.passes = 0  # packed forward passes run (/metrics)
         self.packed_runs = 0  # runs' passes they held, summed: packed_runs / passes is the batching (/metrics)
         self.runs_per_pass: list[int] = []  # the latest RECENT_PASSES passes' run counts, in the order they formed (tests)
+        self.compiled = CompiledPack.of(denoiser)  # a compiled denoiser's packs: bucketed shapes, CUDA graphs (None: eager)
 
     @contextmanager
     def member(self) -> Iterator["BatchedDenoiser"]:
@@ -225,10 +228,12 @@ class StepBatcher:
         model = self.denoiser.model
         try:
             with torch.inference_mode():
-                if len(batch) == 1:  # nothing to pack with: the plain pass (packing one costs 20% more)
+                # None: a pack the compiled step does not take (a long pass, a cache outside its pool)
+                results = self.compiled(batch) if self.compiled is not None else None
+                if results is None and len(batch) == 1:  # nothing to pack with: the plain pass (packing one costs 20% more)
                     one = batch[0]
                     results = [model.scores(one.ids, one.positions, one.cache, one.rows, one.attend)]
-                else:
+                elif results is None:
                     results = packed_scores(model, batch)
         except Exception:  # noqa: BLE001 - each pass is retried alone below and fails on its own
             log.debug("a packed pass of %d runs failed; running them one by one", len(batch), exc_info=True)
@@ -260,7 +265,8 @@ class BatchedDenoiser:
 
     def new_cache(self, batch: int, length: int) -> KVCache:
         self._check = True
-        return self._denoiser.new_cache(batch, length)
+        pack = self._batcher.compiled  # compiled: the run's own slots of the pack's pool (never the single run's kept cache)
+        return pack.new_cache(batch, length) if pack is not None else self._denoiser.new_cache(batch, length)
 
     def logits(self, x: torch.Tensor, want: torch.Tensor | None = None, run: torch.Tensor | None = None,
                cache: KVCache | None = None, attend: Attend = FULL) -> torch.Tensor:
