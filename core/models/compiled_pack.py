@@ -43,6 +43,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from ..settings import default_block_size
 from .compiled import raise_recompile_limit
 from .kv_cache import KVCache
 from .model import Transformer
@@ -109,6 +110,7 @@ class CompiledPack:
         options = {"mode": mode} if backend == "inductor" else {}
         self.compiled: Callable | None = torch.compile(packed_forward, backend=backend, **options)
         self.failure: str | None = None
+        self.packs = self.declined = 0  # packs run compiled; packs left to the eager pack (too long, a foreign cache)
         self.shapes: set[tuple[int, int, int]] = set()  # buckets (n, S, K) met: each a CUDA graph under reduce-overhead
         self.k: list[torch.Tensor] = []  # the pool, per layer [slots + 1, Hkv, length, D], allocated on first use
         self.v: list[torch.Tensor] = []
@@ -119,11 +121,19 @@ class CompiledPack:
 
     @classmethod
     def of(cls, denoiser) -> "CompiledPack | None":
-        """The pack for a compiled Denoiser (its mode and backend), else None."""
+        """The pack for a compiled Denoiser (its mode and backend), else None. With CUDA graphs
+        (`--compile auto` on CUDA) the commonest buckets are compiled and recorded now, while the
+        server starts, not in its first clients' requests (`warm_up`)."""
         step = getattr(denoiser, "_step", None)
         if step is None:
             return None
-        return cls(denoiser.model, step.mode, step.backend, step.notify)
+        pack = cls(denoiser.model, step.mode, step.backend, step.notify)
+        if step.mode == "reduce-overhead" and denoiser.device.type == "cuda":
+            block = default_block_size("cuda", sum(p.numel() for p in denoiser.model.parameters()))
+            keys = sorted({K for _, _, K in pack.buckets() if K <= 1024})
+            log.info("compiling the packed step for up to 8 runs of %d rows (%d shapes)", block, 4 * len(keys))
+            pack.warm_up([(n, up(block, FEWEST_ROWS), K) for n in (1, 2, 4, 8) for K in keys])
+        return pack
 
     def buckets(self) -> list[tuple[int, int, int]]:
         """Every (n, S, K) a pack can be laid out as: the most shapes, and CUDA graphs, it records."""
@@ -174,8 +184,10 @@ class CompiledPack:
     def __call__(self, passes: list) -> list[torch.Tensor] | None:
         """Each pass's logits [b, W, V] (core/batch.py Pass), or None when it does not take the pack."""
         if self.compiled is None or not self.takes(passes):
+            self.declined += 1
             return None
-        inputs = self._layout(passes)
+        with torch.inference_mode():  # as every call's inputs: dynamo guards on inference tensors apart
+            inputs = self._layout(passes)
         try:
             logits = self._worker.submit(self._replay, inputs).result()  # [n, S, V]
         except torch.OutOfMemoryError:
@@ -183,6 +195,7 @@ class CompiledPack:
         except Exception as exc:  # noqa: BLE001 - any failure to compile, trace or record: eager from now on
             self.fail(exc)
             return None
+        self.packs += 1
         out, j = [], 0
         for p in passes:
             b = p.ids.shape[0]
@@ -270,10 +283,8 @@ class CompiledPack:
                 self._allocate()
         device = self.k[0].device
         for n, S, K in buckets if buckets is not None else self.buckets():
-            ids = torch.zeros(n, S, dtype=torch.long, device=device)
-            inputs = (ids, ids.clone(), torch.full((n, S), self.scratch, dtype=torch.long, device=device),
-                      torch.full((n,), self.scratch, dtype=torch.long, device=device), torch.zeros(n, S, K, dtype=torch.bool, device=device),
-                      torch.eye(S, dtype=torch.bool, device=device).repeat(n, 1, 1), ids.clone())
+            with torch.inference_mode():  # inference tensors, as a pack's inputs (_layout): the same graphs
+                inputs = self._dummy(n, S, K, device)
             self.shapes.add((n, S, K))
             for _ in range(calls):
                 if self.compiled is None:
@@ -284,6 +295,14 @@ class CompiledPack:
                     raise
                 except Exception as exc:  # noqa: BLE001 - as in a pack: eager from now on, one line
                     self.fail(exc)
+
+    def _dummy(self, n: int, S: int, K: int, device) -> tuple[torch.Tensor, ...]:
+        """A pack of bucket (n, S, K) that writes only the scratch slot and reads nothing else."""
+        ids = torch.zeros(n, S, dtype=torch.long, device=device)  # [n, S]
+        scratch = torch.full((n, S), self.scratch, dtype=torch.long, device=device)
+        read = torch.full((n,), self.scratch, dtype=torch.long, device=device)  # built as _layout builds them: same strides
+        return (ids, ids.clone(), scratch, read, torch.zeros(n, S, K, dtype=torch.bool, device=device),
+                torch.eye(S, dtype=torch.bool, device=device).repeat(n, 1, 1), ids.clone())
 
     def fail(self, exc: Exception) -> None:
         """Run every pack eagerly from now on, saying why in one line, once."""
