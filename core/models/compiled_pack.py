@@ -115,7 +115,8 @@ class CompiledPack:
         self.k: list[torch.Tensor] = []  # the pool, per layer [slots + 1, Hkv, length, D], allocated on first use
         self.v: list[torch.Tensor] = []
         self._free = [True] * slots
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: a cache's finalizer may run inside new_cache (a garbage collection)
+        self._rope: torch.Tensor | None = None
         # CUDA graph trees are per thread, and so is dynamo's config (its recompile budget).
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="sharpen-graphs", initializer=raise_recompile_limit)
 
@@ -271,7 +272,10 @@ class CompiledPack:
             for dim in range(t.dim()):
                 torch._dynamo.maybe_mark_dynamic(t, dim)
         torch._dynamo.maybe_mark_dynamic(read_slot, 0)
-        rope = self.model.rope(ids.device, self.length, self.model.embed.weight.dtype)
+        rope = self.model.rope(ids.device, self.length, self.model.embed.weight.dtype)  # [L, 2, 2, D/2]
+        if rope is not self._rope:  # at a fixed address: a CUDA graph would copy the whole table in per replay
+            torch._dynamo.mark_static_address(rope, guard=False)
+            self._rope = rope
         with torch.inference_mode():
             return self.compiled(self.model, *inputs, self.k, self.v, rope).clone()
 
