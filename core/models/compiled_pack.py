@@ -146,6 +146,17 @@ class CompiledPack:
 
     # -- the pool ---------------------------------------------------------------------------
 
+    def _pool(self) -> bool:
+        """Whether the pool is there, allocating it on first use (none once compiling failed)."""
+        with self._lock:
+            if not self.k and self.compiled is not None:
+                try:
+                    self._allocate()
+                except torch.OutOfMemoryError as exc:  # the pool is a convenience: pack eagerly, in ordinary caches
+                    self.k, self.v = [], []
+                    self.fail(exc)
+            return bool(self.k)
+
     def _allocate(self) -> None:
         cfg, w = self.model.cfg, self.model.embed.weight
         shape = (self.slots + 1, cfg.n_kv_heads, self.length, cfg.head_dim)
@@ -159,9 +170,7 @@ class CompiledPack:
         """`batch` consecutive slots of the pool, or (a canvas past the pool, every slot taken) an
         ordinary cache, whose passes then run eagerly."""
         with self._lock:
-            if not self.k:
-                self._allocate()
-            start = self._find(batch) if length <= self.length else None
+            start = self._find(batch) if self._pool() and length <= self.length else None
             if start is None:
                 log.debug("no %d pool slots of %d tokens free: an ordinary cache, its passes eager", batch, length)
                 return self.model.new_cache(batch, length)
@@ -282,9 +291,8 @@ class CompiledPack:
     def warm_up(self, buckets: list[tuple[int, int, int]] | None = None, calls: int = 3) -> None:
         """Compile, and record each bucket's CUDA graph (on the second or third call of a shape),
         before the first client: every row writes the scratch slot and reads nothing else."""
-        with self._lock:
-            if not self.k:
-                self._allocate()
+        if not self._pool():
+            return
         device = self.k[0].device
         for n, S, K in buckets if buckets is not None else self.buckets():
             with torch.inference_mode():  # inference tensors, as a pack's inputs (_layout): the same graphs
