@@ -18,6 +18,7 @@ the same padded arguments; an edit never fails for it.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Callable
 
@@ -151,12 +152,17 @@ class CompiledSampler:
     def __init__(self, fn: Callable, step: CompiledStep) -> None:
         self.fn, self.step = fn, step
         self.compiled: Callable | None = torch.compile(fn, backend=step.backend, dynamic=None)
+        # One caller at a time: a server's runs sample in their own threads, and dynamo, entered
+        # from several at once, recompiled the same function again and again ("runtime guards
+        # failed even though they passed": 25 recompiles over 24 batched requests, none with this).
+        self._lock = threading.Lock()
 
     def __call__(self, *args):
         if self.compiled is not None and self.step.failure is None:
             raise_recompile_limit()
             try:
-                return self.compiled(*args)
+                with self._lock:
+                    return self.compiled(*args)
             except torch.OutOfMemoryError:
                 raise
             except Exception as exc:
