@@ -108,12 +108,11 @@ class LocalBackend:
         """How concurrent requests share the model: a server's users should know whether their runs
         pack into one pass or queue (core.batch.batchable says which models pack)."""
         runner = self._loaded()
-        if runner.batcher is not None:
-            return f"up to {runner.batch} runs share each forward pass"
+        if runner.batcher is not None:  # compiled: packs on bucketed shapes, a CUDA graph each (core/models/compiled_pack.py)
+            compiled = ", compiled per batch bucket" if runner.batcher.compiled is not None else ""
+            return f"up to {runner.batch} runs share each forward pass{compiled}"
         if runner.batch == 1:
             return "one run at a time (--max-batch 1)"
-        if getattr(runner.denoiser, "compiled", False):  # CUDA graphs have their own shapes
-            return f"one run at a time: a compiled step does not pack (--compile off lets up to {runner.batch} runs share each pass)"
         return "one run at a time: this model's runs do not pack (core.batch.batchable)"
 
     def waiting(self) -> int:

@@ -17,6 +17,8 @@ Rows (docs/speed.md, "The first GPU session", says what each must show):
   (a CUDA graph is recorded per distinct shape: bucketing keeps that a handful).
 - packed pass vs each pass alone: four runs' passes packed as `sharpen serve` packs concurrent
   clients' (core/batch.py), their logits against each pass run alone.
+- compiled pack: a compiled server's pack of eight runs' cached steps (core/models/compiled_pack.py):
+  its dynamo graphs and warm-up, its logits against the eager pack's, and (CUDA) both timed.
 - the roofline estimate at LLaDA-8B and Qwen2-0.5B shapes for an H100 (3.35 TB/s) and an RTX
   4090 (1.0 TB/s): a cached step's bytes over the bandwidth against its launches times the host's
   cost per launch (5-8 us eager); with CUDA graphs the model's launches are one replay.
@@ -315,6 +317,65 @@ def packed_rows(device: str) -> list[tuple[str, str, str, str]]:
              "0 and all rows on a CPU; on a GPU, concurrent clients equal alone only to this")]
 
 
+def compiled_pack_rows(device: str, runs: int = 8, rows: int = BLOCK, keys: int = CANVAS, repeats: int = 20) -> list[tuple[str, str, str, str]]:
+    """A compiled server's pack (core/models/compiled_pack.py): `runs` cached steps of `rows` rows
+    against caches of `keys` keys, on the embedded model, compiled (reduce-overhead on CUDA; on a
+    CPU the "eager" backend, counts only) against the eager pack of the same passes."""
+    from torch._dynamo.utils import counters
+
+    from sharpen.core.batch import Pass, packed_scores
+    from sharpen.core.models.compiled_pack import CompiledPack
+    from sharpen.core.models.loading import load_denoiser
+
+    denoiser = load_denoiser(device=device)
+    model = denoiser.model
+    keys = min(keys, model.cfg.max_seq_len)  # the embedded model's canvas is 256 tokens at most
+    cuda = device == "cuda"
+    pack = CompiledPack(model, "reduce-overhead", "inductor" if cuda else "eager")
+    graphs = counters["stats"]["unique_graphs"]
+    started = time.perf_counter()
+    warmed = [(n, rows, keys) for n in (1, 2, 4, 8)]
+    pack.warm_up(warmed)  # a lone run, and 2-8 runs: the two dynamo graphs and four CUDA graphs
+    warm = time.perf_counter() - started
+    graphs = counters["stats"]["unique_graphs"] - graphs
+    generator = torch.Generator().manual_seed(0)
+    passes = []
+    with torch.inference_mode():
+        for _ in range(runs):
+            ids = torch.randint(0, model.cfg.vocab_size, (1, keys), generator=generator).to(device)
+            cache = pack.new_cache(1, keys)
+            model.scores(ids, None, cache, torch.arange(1, device=device))  # its canvas written
+            run = torch.arange(keys - rows, keys, device=device)
+            passes.append(Pass(ids[:, run], run, cache, torch.arange(rows, device=device)))
+        eager = packed_scores(model, passes)
+    compiled = pack(passes)
+    gap = max((a - b).abs().max().item() for a, b in zip(eager, compiled))
+    same = sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in zip(eager, compiled))
+
+    def timed(fn) -> float:  # ms per call, median
+        times = []
+        for _ in range(repeats):
+            if cuda:
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            with torch.inference_mode():
+                fn()
+            if cuda:
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - t) * 1000)
+        return statistics.median(times)
+
+    setting = f"{device}, {runs} runs x {rows} rows, {keys} keys"
+    out = [("compiled pack: dynamo graphs, warm-up", f"{device}, buckets (1-8, {rows}, {keys})",
+            f"{graphs} graphs, {len(pack.shapes)} shapes, {warm:.0f} s", "2 graphs (a lone run, and 2-8); one CUDA graph per shape"),
+           ("compiled pack vs eager pack", setting, f"max abs logit diff {gap:.3g}; argmax {same}/{runs * rows} rows",
+            "argmax all rows (rounding only: padded keys are masked)")]
+    if cuda:
+        out.append(("compiled pack / eager pack, ms", setting, f"{timed(lambda: pack(passes)):.2f} / {timed(lambda: packed_scores(model, passes)):.2f}",
+                    "compiled well under eager (one replay instead of a launch per kernel)"))
+    return out
+
+
 def load_rows(device: str) -> list[tuple[str, str, str, str]]:
     """bench/load_peak.py's rows: a ~180M-parameter Dream-layout checkpoint loaded per precision
     in a fresh process (peak RSS above the RSS before the load; GPU allocator peak on CUDA)."""
@@ -383,9 +444,10 @@ def main(argv=None) -> int:
     loads = [] if args.no_load else [("load peak", lambda: load_rows(args.device))]
     if args.device == "cuda":
         groups = [("host syncs", cuda_sync_rows), ("step on the GPU", lambda: step_rows("cuda", repeats=args.repeats)), *loads,
-                  ("packed pass", lambda: packed_rows(args.device)), *counted]
+                  ("packed pass", lambda: packed_rows(args.device)), ("compiled pack", lambda: compiled_pack_rows(args.device)), *counted]
     else:
-        groups = [*counted, ("packed pass", lambda: packed_rows(args.device)), ("roofline", lambda: roofline_rows(found, sampler)), *loads]
+        groups = [*counted, ("packed pass", lambda: packed_rows(args.device)), ("compiled pack", lambda: compiled_pack_rows(args.device)),
+                  ("roofline", lambda: roofline_rows(found, sampler)), *loads]
     failed, took = 0, []
     for name, rows_of in groups:
         took.append(f"{name} {time.perf_counter() - started:.0f}")

@@ -38,8 +38,10 @@ core/models/families/diffusion_gemma_packed.py: every pass's rows packed for the
 and the experts, attention per run, a canvas over its own encoder cache then itself, a context
 causally over itself into its own cache).
 
-Only those, eager and on one device, pack; other models (remote code, a compiled step, a model
-spread over devices) run one at a time (`batchable`).
+Only those, on one device, pack; other models (remote code, a model spread over devices) run one
+at a time (`batchable`). A compiled native denoiser (`--compile`) packs too: its packs run on
+bucketed shapes through one compiled function, CUDA graphs per bucket
+(core/models/compiled_pack.py); a pack it does not take runs eagerly.
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ from typing import Iterator
 
 import torch
 
+from .models.compiled_pack import CompiledPack
 from .models.denoiser import OUT_OF_MEMORY, Denoiser, check_finite
 from .errors import ModelError
 from .models.kv_cache import FULL, Attend, KVCache
@@ -80,14 +83,14 @@ RECENT_PASSES = 4096  # passes whose run counts StepBatcher keeps (tests read th
 
 
 def batchable(denoiser) -> bool:
-    """Whether runs on `denoiser` can share passes: sharpen's own backbone run eagerly (a compiled
-    step has its own bucketed shapes), on one device, on a loop whose every pass goes through
+    """Whether runs on `denoiser` can share passes: sharpen's own backbone (eager, or compiled:
+    CompiledPack), on one device, on a loop whose every pass goes through
     `Denoiser.logits` (the masked loop, and the block-causal ones through core/loops/scaffold.py).
     Experts route each token on its own (no capacity limit), so a mixture of experts packs too.
     A family with its own packed forward (`run_passes`: DiffusionGemma) says when it packs."""
     if callable(getattr(type(denoiser), "run_passes", None)):
         return bool(denoiser.packs) and denoiser.spec.loop in PACKED_LOOPS
-    if type(denoiser) is not Denoiser or denoiser.compiled:
+    if type(denoiser) is not Denoiser:
         return False
     model = denoiser.model
     return (isinstance(model, Transformer) and model.layer_devices is None
@@ -157,6 +160,7 @@ class StepBatcher:
         self.passes = 0  # packed forward passes run (/metrics)
         self.packed_runs = 0  # runs' passes they held, summed: packed_runs / passes is the batching (/metrics)
         self.runs_per_pass: list[int] = []  # the latest RECENT_PASSES passes' run counts, in the order they formed (tests)
+        self.compiled = CompiledPack.of(denoiser)  # a compiled denoiser's packs: bucketed shapes, CUDA graphs (None: eager)
 
     @contextmanager
     def member(self) -> Iterator["BatchedDenoiser"]:
@@ -240,20 +244,24 @@ class StepBatcher:
             results = None
         for i, work in enumerate(batch):
             try:
-                work.logits = results[i] if results is not None else self._forward([work])[0]
+                work.logits = results[i] if results is not None else self._forward([work], compiled=False)[0]
             except torch.OutOfMemoryError:
                 work.error = ModelError(OUT_OF_MEMORY)
             except Exception as exc:  # noqa: BLE001 - handed to the run it belongs to, in its own thread
                 work.error = exc
 
-    def _forward(self, batch: list[Pass]) -> list[torch.Tensor]:
+    def _forward(self, batch: list[Pass], compiled: bool = True) -> list[torch.Tensor]:
         """Each pass's logits from one forward: a family's own (`run_passes`: DiffusionGemma's,
-        core/models/families/diffusion_gemma_packed.py) or the native backbone's."""
+        core/models/families/diffusion_gemma_packed.py), the compiled pack's (CompiledPack, unless
+        it declines the pack: a long pass, a cache outside its pool) or the native backbone's."""
         family = getattr(self.denoiser, "run_passes", None)
         if family is not None:
             return family(batch)
         model = self.denoiser.model
         with torch.inference_mode():
+            results = self.compiled(batch) if compiled and self.compiled is not None else None
+            if results is not None:  # None: a pack the compiled step does not take
+                return results
             if len(batch) == 1:  # nothing to pack with: the plain pass (packing one costs 20% more)
                 one = batch[0]
                 return [model.scores(one.ids, one.positions, one.cache, one.rows, one.attend)]
@@ -274,7 +282,8 @@ class BatchedDenoiser:
 
     def new_cache(self, batch: int, length: int) -> KVCache:
         self._check = True
-        return self._denoiser.new_cache(batch, length)
+        pack = self._batcher.compiled  # compiled: the run's own slots of the pack's pool (never the single run's kept cache)
+        return pack.new_cache(batch, length) if pack is not None else self._denoiser.new_cache(batch, length)
 
     def encode(self, ids: torch.Tensor, canvas_length: int):
         """The random-token loop's context (DiffusionGemma's encoder pass), handed to the batcher: a new cache."""

@@ -243,8 +243,8 @@ async def test_the_openai_package_retrieves_the_model_and_an_unknown_one_is_404(
 
 
 def test_the_startup_line_says_whether_concurrent_runs_share_passes(denoiser, tmp_path):
-    """A server's users should know whether their runs pack or queue: on a GPU the default
-    compiled step (CUDA graphs) serves one run at a time, and the line says what packs them."""
+    """A server's users should know whether their runs pack or queue, and (a compiled model, the
+    GPU default) that the packs run compiled per batch bucket (core/models/compiled_pack.py)."""
     from block_checkpoints import write_sdar
 
     from sharpen.core.models.loading import load_denoiser
@@ -257,7 +257,7 @@ def test_the_startup_line_says_whether_concurrent_runs_share_passes(denoiser, tm
     compiled = load_denoiser()
     compiled.compile("default")  # on a CPU torch.compile runs at the first pass: none runs here
     assert compiled.compiled and not denoiser.compiled
-    assert sharing(compiled, 8) == "one run at a time: a compiled step does not pack (--compile off lets up to 8 runs share each pass)"
+    assert sharing(compiled, 8) == "up to 8 runs share each forward pass, compiled per batch bucket"
     block_causal = load_denoiser(write_sdar(tmp_path / "SDAR-tiny"))  # a block-causal loop: its open-block passes pack too
     assert sharing(block_causal, 8) == "up to 8 runs share each forward pass"
 

@@ -18,6 +18,7 @@ the same padded arguments; an edit never fails for it.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Callable
 
@@ -30,6 +31,14 @@ log = logging.getLogger(__name__)
 
 SMALLEST_BUCKET = 8
 RECOMPILE_LIMIT = 64  # dynamo's per-function budget while compiled (see CompiledStep)
+
+
+def raise_recompile_limit() -> None:
+    """Dynamo's recompile budget at RECOMPILE_LIMIT in the calling thread: torch's config
+    overrides are thread-local (torch/utils/_config_module.py), and a server calls the compiled
+    functions from each run's thread, where the default of 8 would run new shapes eagerly."""
+    if torch._dynamo.config.recompile_limit < RECOMPILE_LIMIT:
+        torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
 
 
 def bucket(n: int, cap: int | None = None) -> int:
@@ -49,11 +58,12 @@ class CompiledStep:
         self.pad_id = pad_id
         self.notify = notify or log.warning
         self.backend = backend
+        self.mode = mode  # core/models/compiled_pack.py compiles a server's packs the same way
         options = {"mode": mode} if backend == "inductor" else {}
         # Whole-canvas passes with and without a cache and cached steps are three graphs, each
         # recompiled once when its sizes turn dynamic: more than dynamo's default budget of 8,
         # after which it would run every new shape eagerly without a word. Buckets bound them.
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        raise_recompile_limit()
         self.compiled: Callable | None = torch.compile(model.scores, backend=backend, **options)
         self.failure: str | None = None  # why the step runs eagerly, once it does
         self.valid_keys: int | None = None  # the real canvas length of the run using the kept cache
@@ -97,6 +107,7 @@ class CompiledStep:
 
     def _run(self, *args) -> torch.Tensor:
         if self.compiled is not None:
+            raise_recompile_limit()
             try:
                 return self.compiled(*args)
             except torch.OutOfMemoryError:
@@ -141,11 +152,17 @@ class CompiledSampler:
     def __init__(self, fn: Callable, step: CompiledStep) -> None:
         self.fn, self.step = fn, step
         self.compiled: Callable | None = torch.compile(fn, backend=step.backend, dynamic=None)
+        # One caller at a time: a server's runs sample in their own threads, and dynamo, entered
+        # from several at once, recompiled the same function again and again ("runtime guards
+        # failed even though they passed": 25 recompiles over 24 batched requests, none with this).
+        self._lock = threading.Lock()
 
     def __call__(self, *args):
         if self.compiled is not None and self.step.failure is None:
+            raise_recompile_limit()
             try:
-                return self.compiled(*args)
+                with self._lock:
+                    return self.compiled(*args)
             except torch.OutOfMemoryError:
                 raise
             except Exception as exc:
