@@ -218,3 +218,67 @@ def _parameter_scope(doc, where: int) -> tuple[int, int] | None:
         return None
     lo, hi = doc.node_range(parameters)
     return doc.node_range(node) if lo <= where < hi else None
+
+
+# ---- the drafted canvas: where each window's text is the draft's, and how its run is read back ----
+
+@dataclass(frozen=True)
+class Piece:
+    """Part of a window in the drafted text: [start, end) there; `draft` the index of the draft
+    it holds (None: the window's own text between drafts)."""
+
+    start: int
+    end: int
+    draft: int | None
+
+
+def drafted_text(text: str, drafts: tuple[DraftHunk, ...]) -> str:
+    """`text` with every draft applied (drafts sorted, non-overlapping)."""
+    out, at = [], 0
+    for d in drafts:
+        out += [text[at:d.start], d.text]
+        at = d.end
+    return "".join(out) + text[at:]
+
+
+def to_drafted(drafts: tuple[DraftHunk, ...], offset: int) -> int:
+    """An offset of the original text (not inside a draft) in the drafted text."""
+    return offset + sum(len(d.text) - (d.end - d.start) for d in drafts if d.end <= offset)
+
+
+def with_blanks(text: str, start: int, floor: int) -> int:
+    """`start` moved back over the spaces and tabs before it (not past `floor`): a drafted
+    piece carries the blank its word is glued to, as a BPE token (" total") carries it."""
+    while start > floor and text[start - 1] in " \t":
+        start -= 1
+    return start
+
+
+def pieces(text: str, window, drafts: tuple[DraftHunk, ...]) -> list[Piece]:
+    """The window (of the original text) cut into pieces of the drafted text: each draft inside
+    it (with its leading blanks) one piece, the text between them the others."""
+    out: list[Piece] = []
+    at = window.start  # in the original text
+    for i, d in enumerate(drafts):
+        if not (window.start <= d.start and d.end <= window.end):
+            continue
+        lead = with_blanks(text, d.start, at)
+        if lead > at:
+            out.append(Piece(to_drafted(drafts, at), to_drafted(drafts, lead), None))
+        start = to_drafted(drafts, lead)
+        out.append(Piece(start, start + (d.start - lead) + len(d.text), i))
+        at = d.end
+    if window.end > at:
+        out.append(Piece(to_drafted(drafts, at), to_drafted(drafts, window.end), None))
+    return out
+
+
+def token_probability(slots) -> float:
+    """The model's probability of a piece's tokens, per token: the geometric mean of its slots'
+    confidences, blank slots left out (the draft and the original share them). 0.0 with none."""
+    import math
+
+    rated = [s.confidence for s in slots if s.text.strip()]
+    if not rated:
+        return 0.0
+    return math.exp(sum(math.log(max(p, 1e-9)) for p in rated) / len(rated))
