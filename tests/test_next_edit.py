@@ -62,7 +62,7 @@ def test_a_rename_is_followed_in_every_window_in_one_run_and_drafts_come_first()
     text, history = renamed()
     request = NextEditRequest.around("shapes.py", text, text.index("w,") + 1, history.events())
     backend = ScriptedBackend(renamer("width", "w"))
-    events = list(predict(backend, request))
+    events = list(predict(backend, request, drafts=False))  # the model's own rename (drafts: test_next_edit_drafts.py)
     assert len(backend.requests) == 1 and [s.mode for s in backend.requests[0].spans] == ["rewrite", "rewrite"]
     assert isinstance(events[0], NextEditDraft) and isinstance(events[-1], NextEditDone)
     answer = events[-1].answer

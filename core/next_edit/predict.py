@@ -159,9 +159,10 @@ def answer_of(request: NextEditRequest, rewritten: list[tuple[Window, str, objec
 
 
 def predict(backend, request: NextEditRequest, instruct: bool | None = None, should_stop: Callable[[], bool] = lambda: False,
-            every: float | None = 0.0) -> Iterator[NextEditDraft | NextEditDone]:
+            every: float | None = 0.0, drafts: bool = True) -> Iterator[NextEditDraft | NextEditDone]:
     """Drafts as the run sharpens (every step with every=0; none with None), then NextEditDone.
-    Ends without NextEditDone when `should_stop` turns true (typing cancels a stale prediction)."""
+    Ends without NextEditDone when `should_stop` turns true (typing cancels a stale prediction).
+    `drafts`: start from the edit history's draft where it gives one (False: the model alone)."""
     from ..run import Done, Progress
 
     started = time.perf_counter()
@@ -170,9 +171,9 @@ def predict(backend, request: NextEditRequest, instruct: bool | None = None, sho
     if instruct is None:
         instruct = info.instruct
     revise = self_editing(info, request)
-    drafts = draft_hunks(request) if revise or not instruct else ()  # the instruct path holds no given token to start from
-    if drafts:
-        yield from _predict_drafted(backend, request, drafts, instruct, revise, should_stop, every, started)
+    drafted = draft_hunks(request) if drafts and (revise or not instruct) else ()  # the instruct path holds no given token to start from
+    if drafted:
+        yield from _predict_drafted(backend, request, drafted, instruct, revise, should_stop, every, started)
         return
     final: dict[Window, tuple[str, object]] = {}
     tokens = prompt_tokens = 0
@@ -204,7 +205,7 @@ _WORD = re.compile(r"\w")
 def _predict_drafted(backend, request: NextEditRequest, drafts: tuple[DraftHunk, ...], instruct: bool, revise: bool,
                      should_stop: Callable[[], bool], every: float | None, started: float) -> Iterator[NextEditDraft | NextEditDone]:
     """predict() when the history drafted hunks: the draft shown at once, then the run from it."""
-    first = time.perf_counter() - started
+    first = time.perf_counter() - started if every is not None else None  # (no drafts asked for: none given, as without a draft)
     if every is not None:  # before the model's first pass: the draft itself, unrated
         yield NextEditDraft(0, 0, first, NextEditAnswer(tuple(Hunk(d.start, d.end, d.text, 0.0) for d in drafts)), drafted=True)
     windows = tuple(w for w in request.windows if w.end > w.start)
@@ -234,6 +235,8 @@ def _predict_drafted(backend, request: NextEditRequest, drafts: tuple[DraftHunk,
         tokens, prompt_tokens = tokens + done.result.tokens, prompt_tokens + done.result.prompt_tokens
         own, verified = read(done.last.spans, [r.text for r in done.result.spans])
         final.update(own)
+    if not final:  # stopped before the first pass answered (the verification's run ended without a result)
+        return
     ordered = sorted(final.items(), key=lambda kv: kv[0].start)
     answer = _with_drafts(request, final, verified)
     kept = sum(any(h.start <= d.start and d.end <= h.end and d.text in h.text for h in answer.hunks) for d in drafts)
@@ -360,8 +363,8 @@ def window_after(request: NextEditRequest, answer: NextEditAnswer, window: Windo
 
 
 def predict_to_end(backend, request: NextEditRequest, instruct: bool | None = None,
-                   should_stop: Callable[[], bool] = lambda: False) -> NextEditDone:
-    for event in predict(backend, request, instruct, should_stop, every=None):
+                   should_stop: Callable[[], bool] = lambda: False, drafts: bool = True) -> NextEditDone:
+    for event in predict(backend, request, instruct, should_stop, every=None, drafts=drafts):
         if isinstance(event, NextEditDone):
             return event
     raise Cancelled("the next-edit prediction was cancelled")
