@@ -28,9 +28,11 @@ or types. Pure Python: no torch.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass
 
+from ..syntax import is_function, parse_document
 from .history import EditEvent
 from .request import NextEditRequest
 
@@ -177,8 +179,6 @@ def _in_windows(request: NextEditRequest, start: int, end: int) -> bool:
 
 def _parsed(request: NextEditRequest):
     """The file's syntax tree where core/syntax.py has a grammar for it; None otherwise."""
-    from ..syntax import parse_document
-
     try:
         doc = parse_document(request.text, path=request.path)
     except (ImportError, ValueError, OSError):  # a grammar package missing or unreadable: no tree, every use drafted
@@ -206,8 +206,6 @@ def _is_code(doc, start: int, end: int) -> bool:
 def _parameter_scope(doc, where: int) -> tuple[int, int] | None:
     """The enclosing function's range when `where` lies in its parameter list (a parameter's
     rename stays inside its function); None otherwise (a function's own name, a variable)."""
-    from ..syntax import is_function
-
     node = _node_at(doc, where, where + 1)
     while node is not None and not is_function(node):
         node = node.parent
@@ -276,8 +274,6 @@ def pieces(text: str, window, drafts: tuple[DraftHunk, ...]) -> list[Piece]:
 def token_probability(slots) -> float:
     """The model's probability of a piece's tokens, per token: the geometric mean of its slots'
     confidences, blank slots left out (the draft and the original share them). 0.0 with none."""
-    import math
-
     rated = [s.confidence for s in slots if s.text.strip()]
     if not rated:
         return 0.0

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from ..errors import Cancelled
+from ..events import SHARP, Slot, SpanDraft
 from ..request import EditRequest
 from ..spans import Span
 from .drafts import DraftHunk, Piece, draft_hunks, drafted_text, pieces, to_drafted, token_probability, with_blanks
@@ -216,16 +217,18 @@ def _predict_drafted(backend, request: NextEditRequest, drafts: tuple[DraftHunk,
     verified: list[Hunk] = []
     shown = time.perf_counter()
     for edit, read in runs:
-        done = None
+        done, passes = None, 0
         for event in _events(backend, edit, should_stop):
             if event[0] == "progress":
+                first_pass = not passes
+                passes += 1
+                if first_pass or (every is not None and time.perf_counter() - shown >= every):
+                    own, verified = read(event[1], [s.text for s in event[1]])  # the first pass verifies the draft
                 if every is not None and time.perf_counter() - shown >= every:
                     shown = time.perf_counter()
                     now = dict(final)
-                    own, verified = read(event[1], [s.text for s in event[1]])
                     now.update(own)
-                    answer = _with_drafts(request, now, verified)
-                    yield NextEditDraft(event[2], event[3], time.perf_counter() - started, answer)
+                    yield NextEditDraft(event[2], event[3], time.perf_counter() - started, _with_drafts(request, now, verified))
             else:
                 done = event[1]
         if done is None:
@@ -293,7 +296,7 @@ def _masked_run(backend, request: NextEditRequest, drafts, windows, text: str, s
                         mine = token_probability(span_drafts[at].slots)
                         # The model's choice between the two texts the history offers: the draft's share.
                         share = mine / (mine + p_original[p.draft]) if mine + p_original[p.draft] > 0 else 0.0
-                        rating[p.draft] = share if mine > p_original[p.draft] else None
+                        rating[p.draft] = share if mine > p_original[p.draft] else None  # a tie is no preference: quiet when unsure
                         log.debug("draft %r -> %r: p(draft) %.3f, p(original) %.3f", request.text[drafts[p.draft].start:drafts[p.draft].end],
                                   drafts[p.draft].text, mine, p_original[p.draft])
                     at += 1
@@ -321,8 +324,6 @@ def _drafted_windows(request: NextEditRequest, drafts, layout: list[tuple[Window
     """Each window's own rewrite put back together from its pieces: the run's text between drafts,
     each draft's place as the original text (a draft is answered by its verification, not by the
     window's diff: `_with_drafts`)."""
-    from ..events import SHARP, Slot, SpanDraft
-
     out, at = {}, 0
     for w, ps in layout:
         parts, slots = [], []
