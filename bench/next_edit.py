@@ -142,12 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         request, text = request_of(scenario, sampling)
         started = time.perf_counter()
         first = final = None
-        answer = None
+        answer = done = None
         for event in predict(backend, request, info.instruct):
             if isinstance(event, NextEditDraft) and first is None:
                 first = time.perf_counter() - started
             elif isinstance(event, NextEditDone):
-                final, answer = time.perf_counter() - started, event.answer
+                final, answer, done = time.perf_counter() - started, event.answer, event
         predicted = answer.changes.apply(text)
         expected = scenario["expected"]
         row = {"name": scenario["name"], "kind": scenario["kind"], "quiet_case": expected is None, "shown": not answer.quiet,
@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         if args.verbose:
             hunks = ", ".join(f"{h.start}-{h.end}->{h.text!r} ({h.confidence:.2f})" for h in answer.hunks) or "quiet"
+            if done.drafts:  # hunks drafted from the edit history, and how many the model kept
+                hunks += f"  [drafts kept {done.drafts_kept}/{done.drafts}]"
             print(f"{scenario['name']:32} {'quiet ' if expected is None else 'edit  '} {hunks}", file=sys.stderr)
     path = ("self-editing from the window's text" if info.edits else "instruct") if info.instruct or info.edits else "masked rewrite"
     steps_read = steps if steps is not None else "the loop's own"

@@ -62,7 +62,7 @@ def test_a_rename_is_followed_in_every_window_in_one_run_and_drafts_come_first()
     text, history = renamed()
     request = NextEditRequest.around("shapes.py", text, text.index("w,") + 1, history.events())
     backend = ScriptedBackend(renamer("width", "w"))
-    events = list(predict(backend, request))
+    events = list(predict(backend, request, drafts=False))  # the model's own rename (drafts: test_next_edit_drafts.py)
     assert len(backend.requests) == 1 and [s.mode for s in backend.requests[0].spans] == ["rewrite", "rewrite"]
     assert isinstance(events[0], NextEditDraft) and isinstance(events[-1], NextEditDone)
     answer = events[-1].answer
@@ -75,7 +75,7 @@ def test_quiet_when_nothing_changes_or_the_model_is_unsure():
     request = NextEditRequest.around("shapes.py", text, 3, history.events())
     assert predict_to_end(ScriptedBackend(lambda t, s: t), request).answer.quiet
     unsure = ScriptedBackend(renamer("width", "w"), confidence=lambda word: 0.2 if word == "w" else 0.95)
-    assert predict_to_end(unsure, request).answer.quiet
+    assert predict_to_end(unsure, request, drafts=False).answer.quiet  # (a draft is judged against the original: test_next_edit_drafts.py)
     rewritten_whole = ScriptedBackend(lambda t, s: "garbage " * (len(t) // 8))
     assert predict_to_end(rewritten_whole, request).answer.quiet
 

@@ -106,7 +106,7 @@ def test_the_first_frame_is_the_windows_own_tokens_then_the_mask_tail(llada21):
     (window,) = request.windows
     old = text[window.start:window.end]
     backend = scripted_backend(llada21, old)
-    list(predict(backend, request))
+    list(predict(backend, request, drafts=False))
     (edit,) = backend.requests  # one run per window, through the engine's normal path
     (span,) = edit.spans
     assert span.revise and span.mode == "rewrite" and (span.start, span.end) == (window.start, window.end)
@@ -123,7 +123,7 @@ def test_a_model_that_keeps_every_token_answers_no_edit_and_never_draws_one(llad
     text, request = renamed()
     (window,) = request.windows
     backend = scripted_backend(llada21, text[window.start:window.end])
-    events = list(predict(backend, request))
+    events = list(predict(backend, request, drafts=False))
     assert events[-1].answer.quiet and events[-1].answer.hunks == ()
     assert all(e.answer.quiet for e in events if isinstance(e, NextEditDraft))  # nothing drawn while it runs either
     (done,) = [e for e in backend.events if isinstance(e, Done)]
@@ -140,7 +140,7 @@ def test_a_model_that_prefers_another_token_at_one_place_gives_exactly_that_hunk
     own, wanted = llada21.tokenizer.encode(old), llada21.tokenizer.encode(new)
     assert len(own) == len(wanted) and sum(a != b for a, b in zip(own, wanted)) == 1  # one token differs
     backend = scripted_backend(llada21, new)
-    done = predict_to_end(backend, request)
+    done = predict_to_end(backend, request, drafts=False)
     (hunk,) = done.answer.hunks
     at = text.index("return x") + len("return ")
     assert (hunk.start, hunk.end, hunk.text) == (at, at + 1, "y") and hunk.confidence > 0.9
@@ -161,7 +161,7 @@ def test_a_hunk_over_kept_tokens_is_rated_by_them_too(llada21):
     (window,) = request.windows
     old = text[window.start:window.end]
     backend = scripted_backend(llada21, old.replace("lenght", "length"))
-    (hunk,) = predict_to_end(backend, request).answer.hunks
+    (hunk,) = predict_to_end(backend, request, drafts=False).answer.hunks
     at = text.index("lenght")
     assert (hunk.start, hunk.end, hunk.text) == (at, at + 6, "length") and hunk.confidence > 0.9
     (result,) = next(e for e in backend.events if isinstance(e, Done)).result.spans

@@ -243,7 +243,9 @@ async def test_typing_cancels_a_running_prediction_at_its_next_step(source):
         assert run.drafts and pane.has_class("-previewing")
         await pilot.press("x")  # typing on: the run is stale
         assert run.stop.is_set() and next_edit.run is not run
-        assert not pane.has_class("-previewing")  # its draft is gone: the layer would hide what was typed
+        # Its draft is gone (the layer would hide what was typed); the next pause's run may already
+        # show its own draft from the edit history (core/next_edit/drafts.py), drawn before any model step.
+        assert not pane.has_class("-previewing") or (next_edit.run is not run and next_edit.run.drafts)
         await pilot.press("escape")  # and no new one (the next pause's) in this test
         await pilot.pause(0.6)
         assert backend.ran < 10 and run.result is None  # it stopped long before its 21 events

@@ -52,7 +52,7 @@ async def test_mercury_edit_completions_answers_the_rewritten_region_fenced(body
     data = answer.json()
     assert data["object"] == "chat.completion"
     assert data["choices"][0]["message"]["content"] == "```\n" + EXPECTED + "```"  # what Zed strips and diffs
-    (edit,) = backend.requests
+    edit = backend.requests[-1]  # the run (a draft from the history is verified by a pass before it)
     assert edit.text == TEXT and [s.mode for s in edit.spans] == ["rewrite"]
 
 
@@ -139,7 +139,7 @@ async def test_other_prompts_still_get_the_ordinary_completion():
     backend = ScriptedBackend(lambda t, s: "filled")
     answer = await _post(backend, "/v1/completions", {"prompt": "def f():\n    return", "max_tokens": 4})
     assert answer.status_code == 200 and answer.json()["choices"][0]["text"] == "filled"
-    (edit,) = backend.requests
+    edit = backend.requests[-1]  # the run (a draft from the history is verified by a pass before it)
     assert [s.mode for s in edit.spans] == ["infill"]
 
 
@@ -258,7 +258,7 @@ def test_zed_zeta_bodies_are_answered_as_zed_parses_them(zed_server, model, prom
     backend, server = zed_server(renamer("width", "w"))
     with server as url:
         assert window(zed_post(url, zed_body(model, prompt, 1024, stop))) == RENAMED
-    (edit,) = backend.requests
+    edit = backend.requests[0]  # the first run reads the current text (a draft's verification pass; the run after it, the draft)
     assert edit.text == SHAPES_REGION + SHAPES_AFTER
     _, quiet = zed_server(lambda text, span: text)
     with quiet as url:
@@ -291,7 +291,7 @@ def test_zed_sweep_body_is_answered_with_the_whole_new_window(zed_server, stop):
     with server as url:
         text = zed_post(url, zed_body("sweep-next-edit-1.5b", ZED_SWEEP, 256, stop))
     assert zed_sweep_window(text, ZED_WINDOW) == ZED_WINDOW.replace("line 11", "line eleven")
-    (edit,) = backend.requests
+    edit = backend.requests[-1]  # the run (a draft from the history is verified by a pass before it)
     assert edit.text == ZED_WINDOW  # the window alone: Zed sends no whole file
     _, quiet = zed_server(lambda text, span: text)
     with quiet as url:
@@ -320,7 +320,7 @@ def test_zed_fim_bodies_fill_the_middle_at_the_cursor(zed_server, name):
     for token in ZED_FIM_STOP:  # fim.rs clean_fim_completion, then the text goes in at the cursor
         text = text.split(token)[0]
     assert text == "w * height"
-    (edit,) = backend.requests
+    edit = backend.requests[-1]  # the run (a draft from the history is verified by a pass before it)
     assert edit.text == FIM_PREFIX + FIM_SUFFIX and [s.mode for s in edit.spans] == ["infill"]
 
 

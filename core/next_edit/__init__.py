@@ -2,7 +2,8 @@
 
     history = EditHistory(); history.record("a.py", old_text, changes)     # history.py: the buffer feeds it
     request = NextEditRequest.around(path, text, cursor, history.events(), snippets)  # request.py
-    for event in predict(backend, request): ...        # predict.py: NextEditDraft ..., then NextEditDone
+    draft_hunks(request)                                # drafts.py: a rename's other uses / a repeated fix, from the history
+    for event in predict(backend, request): ...        # predict.py: NextEditDraft ..., then NextEditDone (a draft: verified)
     event.answer.changes                                # a ChangeSet; empty = "no edit" (draw nothing)
     offer = Offer.of(event.answer)                      # offer.py: Tab jumps, a second Tab applies one hunk
 

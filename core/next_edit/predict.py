@@ -22,6 +22,13 @@ How a window is rewritten depends on the model (docs/next_edit.md):
   `renoise_rewrites`), then denoised with the text around as context. All windows denoise
   together, in the same steps.
 
+Drafts from the edit history (drafts.py: a rename's other uses, a repeated fix) start the canvas
+where there are any: a masked model's run holds the drafted tokens (never re-noised) and each
+drafted hunk is verified by the model's first pass (its probability of the drafted tokens against
+its probability of the original ones, read from one pass over the current text); a self-editing
+model's window starts as the drafted text, each drafted token the loop's to keep or replace. The
+instruct path takes no draft (docs/next_edit.md, "Drafts from the edit history").
+
 The window's new text is diffed against the old (difflib, on words) into hunks; a hunk's
 confidence is its least sure token's; hunks under `request.min_confidence` are dropped, and so
 is every hunk of a window the model rewrote past `MAX_CHANGED_SHARE` (a sign it did not
@@ -30,16 +37,21 @@ understand it, not of an edit). Nothing left is "no edit".
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from ..errors import Cancelled
+from ..events import SHARP, Slot, SpanDraft
 from ..request import EditRequest
 from ..spans import Span
+from .drafts import DraftHunk, Piece, draft_hunks, drafted_text, pieces, to_drafted, token_probability, with_blanks
 from .formats import native
 from .request import Hunk, NextEditAnswer, NextEditRequest, Window
+
+log = logging.getLogger(__name__)
 
 REWRITE_STRENGTH = 0.35  # the share of a window a masked model re-noises: an edit is a few tokens in many
 MAX_CHANGED_SHARE = 0.6  # a window rewritten past this share of its characters is noise, not an edit
@@ -52,6 +64,7 @@ class NextEditDraft:
     total_steps: int
     elapsed: float  # seconds since predict started
     answer: NextEditAnswer  # the hunks the drafts show now (the bar applied as at the end)
+    drafted: bool = False  # the history's draft, shown before the model's first pass (hunks unrated: confidence 0)
 
 
 @dataclass(frozen=True)
@@ -62,6 +75,8 @@ class NextEditDone:
     windows: tuple[tuple[Window, str], ...]  # each window and its new text
     tokens: int = 0  # tokens the model wrote (every run's slots less pad/eos)
     prompt_tokens: int = 0  # tokens it read besides them
+    drafts: int = 0  # hunks drafted from the edit history (drafts.py)
+    drafts_kept: int = 0  # of them, the ones the model's verification accepted (masked path; self-editing: the loop's)
 
 
 def self_editing(info, request: NextEditRequest) -> bool:
@@ -145,9 +160,10 @@ def answer_of(request: NextEditRequest, rewritten: list[tuple[Window, str, objec
 
 
 def predict(backend, request: NextEditRequest, instruct: bool | None = None, should_stop: Callable[[], bool] = lambda: False,
-            every: float | None = 0.0) -> Iterator[NextEditDraft | NextEditDone]:
+            every: float | None = 0.0, drafts: bool = True) -> Iterator[NextEditDraft | NextEditDone]:
     """Drafts as the run sharpens (every step with every=0; none with None), then NextEditDone.
-    Ends without NextEditDone when `should_stop` turns true (typing cancels a stale prediction)."""
+    Ends without NextEditDone when `should_stop` turns true (typing cancels a stale prediction).
+    `drafts`: start from the edit history's draft where it gives one (False: the model alone)."""
     from ..run import Done, Progress
 
     started = time.perf_counter()
@@ -155,9 +171,14 @@ def predict(backend, request: NextEditRequest, instruct: bool | None = None, sho
     info = backend.describe()
     if instruct is None:
         instruct = info.instruct
+    revise = self_editing(info, request)
+    drafted = draft_hunks(request) if drafts and (revise or not instruct) else ()  # the instruct path holds no given token to start from
+    if drafted:
+        yield from _predict_drafted(backend, request, drafted, instruct, revise, should_stop, every, started)
+        return
     final: dict[Window, tuple[str, object]] = {}
     tokens = prompt_tokens = 0
-    for edit, windows in plan(request, instruct, revise=self_editing(info, request)):
+    for edit, windows in plan(request, instruct, revise=revise):
         done = None
         for event in backend.run(edit, should_stop, every):
             if isinstance(event, Progress):
@@ -179,6 +200,159 @@ def predict(backend, request: NextEditRequest, instruct: bool | None = None, sho
     answer = answer_of(request, [(w, t, d) for w, (t, d) in ordered])
     yield NextEditDone(answer, time.perf_counter() - started, first, tuple((w, t) for w, (t, _) in ordered), tokens, prompt_tokens)
 
+_WORD = re.compile(r"\w")
+
+
+def _predict_drafted(backend, request: NextEditRequest, drafts: tuple[DraftHunk, ...], instruct: bool, revise: bool,
+                     should_stop: Callable[[], bool], every: float | None, started: float) -> Iterator[NextEditDraft | NextEditDone]:
+    """predict() when the history drafted hunks: the draft shown at once, then the run from it."""
+    first = time.perf_counter() - started if every is not None else None  # (no drafts asked for: none given, as without a draft)
+    if every is not None:  # before the model's first pass: the draft itself, unrated
+        yield NextEditDraft(0, 0, first, NextEditAnswer(tuple(Hunk(d.start, d.end, d.text, 0.0) for d in drafts)), drafted=True)
+    windows = tuple(w for w in request.windows if w.end > w.start)
+    text = drafted_text(request.text, drafts)
+    runs = _revise_runs(request, drafts, windows, text, instruct) if revise else _masked_run(backend, request, drafts, windows, text, should_stop)
+    final: dict[Window, tuple[str, object]] = {}
+    tokens = prompt_tokens = 0
+    verified: list[Hunk] = []
+    shown = time.perf_counter()
+    for edit, read in runs:
+        done, passes = None, 0
+        for event in _events(backend, edit, should_stop):
+            if event[0] == "progress":
+                first_pass = not passes
+                passes += 1
+                if first_pass or (every is not None and time.perf_counter() - shown >= every):
+                    own, verified = read(event[1], [s.text for s in event[1]])  # the first pass verifies the draft
+                if every is not None and time.perf_counter() - shown >= every:
+                    shown = time.perf_counter()
+                    now = dict(final)
+                    now.update(own)
+                    yield NextEditDraft(event[2], event[3], time.perf_counter() - started, _with_drafts(request, now, verified))
+            else:
+                done = event[1]
+        if done is None:
+            if should_stop():
+                return
+            raise Cancelled("the next-edit run ended without a result")
+        tokens, prompt_tokens = tokens + done.result.tokens, prompt_tokens + done.result.prompt_tokens
+        own, verified = read(done.last.spans, [r.text for r in done.result.spans])
+        final.update(own)
+    if not final:  # stopped before the first pass answered (the verification's run ended without a result)
+        return
+    ordered = sorted(final.items(), key=lambda kv: kv[0].start)
+    answer = _with_drafts(request, final, verified)
+    kept = sum(any(h.start <= d.start and d.end <= h.end and d.text in h.text for h in answer.hunks) for d in drafts)
+    yield NextEditDone(answer, time.perf_counter() - started, first, tuple((w, t) for w, (t, _) in ordered), tokens, prompt_tokens,
+                       len(drafts), kept)
+
+
+def _events(backend, edit: EditRequest, should_stop: Callable[[], bool]):
+    """A run's events as ("progress", spans, step, total) and ("done", Done); every step asked
+    for (the verification reads the first)."""
+    from ..run import Done, Progress
+
+    for event in backend.run(edit, should_stop, 0.0):
+        if isinstance(event, Progress):
+            yield "progress", event.spans, event.step, event.total_steps
+        elif isinstance(event, Done):
+            yield "done", event
+
+
+def _revise_runs(request: NextEditRequest, drafts, windows, text: str, instruct: bool):
+    """A self-editing model's runs: each window a revise span of the drafted text, so its answer
+    starts as the draft's tokens; the loop keeps or replaces each one (its own verification)."""
+    for w in windows:
+        start, end = to_drafted(drafts, w.start), to_drafted(drafts, w.end)
+        span = Span(start, end, "rewrite", instruction=native.build(request, w) if instruct else None, revise=True)
+        edit = EditRequest(text, (span,), request.sampling, request.editing, request.path)
+        yield edit, lambda spans, texts, w=w: ({w: (texts[0], spans[0])}, [])
+
+
+def _masked_run(backend, request: NextEditRequest, drafts, windows, text: str, should_stop: Callable[[], bool]):
+    """A masked model's run over the drafted canvas: each draft (with its leading blanks) a span
+    of strength 0 (held: never re-noised), the window's text between drafts re-noised as without
+    a draft. Before it, one pass over the current text rates the original tokens at the drafted
+    places; in the run's first pass a draft whose tokens the model finds less probable than the
+    originals is rejected (its place reads as the original), an accepted one is rated by its
+    share of the two: p(draft) / (p(draft) + p(original)), per-token geometric means."""
+    original = _first_pass(backend, EditRequest(
+        request.text, tuple(Span(with_blanks(request.text, d.start, drafts[i - 1].end if i else 0), d.end, "rewrite", strength=0.0)
+                            for i, d in enumerate(drafts)), request.sampling, request.editing, request.path), should_stop)
+    if original is None:
+        return
+    p_original = [token_probability(s.slots) for s in original]
+    layout = [(w, pieces(request.text, w, drafts)) for w in windows]
+    spans = tuple(Span(p.start, p.end, "rewrite", strength=REWRITE_STRENGTH if p.draft is None and _WORD.search(text[p.start:p.end]) else 0.0)
+                  for _, ps in layout for p in ps)
+    rating: dict[int, float | None] = {}
+
+    def read(span_drafts, texts) -> dict:
+        if not rating:  # the run's first pass: each draft verified once
+            at = 0
+            for _, ps in layout:
+                for p in ps:
+                    if p.draft is not None:
+                        mine = token_probability(span_drafts[at].slots)
+                        # The model's choice between the two texts the history offers: the draft's share.
+                        share = mine / (mine + p_original[p.draft]) if mine + p_original[p.draft] > 0 else 0.0
+                        rating[p.draft] = share if mine > p_original[p.draft] else None  # a tie is no preference: quiet when unsure
+                        log.debug("draft %r -> %r: p(draft) %.3f, p(original) %.3f", request.text[drafts[p.draft].start:drafts[p.draft].end],
+                                  drafts[p.draft].text, mine, p_original[p.draft])
+                    at += 1
+        verified = [Hunk(drafts[i].start, drafts[i].end, drafts[i].text, r) for i, r in sorted(rating.items()) if r is not None]
+        return _drafted_windows(request, drafts, layout, text, span_drafts, texts), verified
+
+    yield EditRequest(text, spans, request.sampling, request.editing, request.path), read
+
+
+def _first_pass(backend, edit: EditRequest, should_stop: Callable[[], bool]):
+    """The span drafts of a run's first frame (the canvas as given, rated by one pass)."""
+    first = None
+    for event in _events(backend, edit, should_stop):
+        if event[0] == "progress" and first is None:
+            first = event[1]
+        elif event[0] == "done":
+            return first if first is not None else event[1].last.spans
+    if should_stop():
+        return None
+    raise Cancelled("the next-edit verification pass ended without a result")
+
+
+def _drafted_windows(request: NextEditRequest, drafts, layout: list[tuple[Window, list[Piece]]], text: str, span_drafts,
+                     texts) -> dict:
+    """Each window's own rewrite put back together from its pieces: the run's text between drafts,
+    each draft's place as the original text (a draft is answered by its verification, not by the
+    window's diff: `_with_drafts`)."""
+    out, at = {}, 0
+    for w, ps in layout:
+        parts, slots = [], []
+        for p in ps:
+            piece, draft = texts[at], span_drafts[at]
+            at += 1
+            if p.draft is None:
+                own = tuple(draft.slots) if draft is not None else ()
+                if "".join(s.text for s in own) != piece:  # the slots do not spell the text: rated as a whole, by its least sure
+                    own = (Slot(SHARP, piece, min((s.confidence for s in own), default=1.0)),)
+            else:
+                d = drafts[p.draft]
+                piece = text[p.start:p.end - len(d.text)] + request.text[d.start:d.end]
+                own = (Slot(SHARP, piece, 1.0),)
+            parts.append(piece)
+            slots += own
+        new = "".join(parts)
+        out[w] = (new, SpanDraft(new, tuple(slots)))
+    return out
+
+
+def _with_drafts(request: NextEditRequest, windows: dict, verified: list[Hunk]) -> NextEditAnswer:
+    """The answer from the windows' own rewrites (filtered as without a draft) and the verified
+    drafted hunks over the bar; where the two overlap, the verified draft stands."""
+    own = answer_of(request, [(w, t, d) for w, (t, d) in sorted(windows.items(), key=lambda kv: kv[0].start)]).hunks
+    drafted = [h for h in verified if h.confidence >= request.min_confidence]
+    kept = [h for h in own if not any(h.start < d.end and d.start < h.end or h.start == h.end == d.start for d in drafted)]
+    return NextEditAnswer(tuple(sorted(kept + drafted, key=lambda h: h.start)))
+
 
 def window_after(request: NextEditRequest, answer: NextEditAnswer, window: Window) -> str:
     """The window's text with the answer's hunks inside it applied: what a format answers."""
@@ -190,8 +364,8 @@ def window_after(request: NextEditRequest, answer: NextEditAnswer, window: Windo
 
 
 def predict_to_end(backend, request: NextEditRequest, instruct: bool | None = None,
-                   should_stop: Callable[[], bool] = lambda: False) -> NextEditDone:
-    for event in predict(backend, request, instruct, should_stop, every=None):
+                   should_stop: Callable[[], bool] = lambda: False, drafts: bool = True) -> NextEditDone:
+    for event in predict(backend, request, instruct, should_stop, every=None, drafts=drafts):
         if isinstance(event, NextEditDone):
             return event
     raise Cancelled("the next-edit prediction was cancelled")
