@@ -64,7 +64,6 @@ class NextEditDraft:
     total_steps: int
     elapsed: float  # seconds since predict started
     answer: NextEditAnswer  # the hunks the drafts show now (the bar applied as at the end)
-    drafted: bool = False  # the history's draft, shown before the model's first pass (hunks unrated: confidence 0)
 
 
 @dataclass(frozen=True)
@@ -205,10 +204,12 @@ _WORD = re.compile(r"\w")
 
 def _predict_drafted(backend, request: NextEditRequest, drafts: tuple[DraftHunk, ...], instruct: bool, revise: bool,
                      should_stop: Callable[[], bool], every: float | None, started: float) -> Iterator[NextEditDraft | NextEditDone]:
-    """predict() when the history drafted hunks: the draft shown at once, then the run from it."""
-    first = time.perf_counter() - started if every is not None else None  # (no drafts asked for: none given, as without a draft)
-    if every is not None:  # before the model's first pass: the draft itself, unrated
-        yield NextEditDraft(0, 0, first, NextEditAnswer(tuple(Hunk(d.start, d.end, d.text, 0.0) for d in drafts)), drafted=True)
+    """predict() when the history drafted hunks: the run from the draft, whose first pass verifies it.
+
+    The draft is not shown before the model's first pass has verified it: a draft the model then
+    rejected would flash up and vanish (users of next-edit ask first for no flicker and quiet when
+    unsure), and the first pass is one forward of the window."""
+    first: float | None = None
     windows = tuple(w for w in request.windows if w.end > w.start)
     text = drafted_text(request.text, drafts)
     runs = _revise_runs(request, drafts, windows, text, instruct) if revise else _masked_run(backend, request, drafts, windows, text, should_stop)
@@ -228,6 +229,7 @@ def _predict_drafted(backend, request: NextEditRequest, drafts: tuple[DraftHunk,
                     shown = time.perf_counter()
                     now = dict(final)
                     now.update(own)
+                    first = shown - started if first is None else first
                     yield NextEditDraft(event[2], event[3], time.perf_counter() - started, _with_drafts(request, now, verified))
             else:
                 done = event[1]
