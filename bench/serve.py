@@ -261,10 +261,10 @@ def main(argv: list[str] | None = None) -> int:
                              "processes of --max-batch B, clients spread over them (8x2: what a second process adds)")
     parser.add_argument("--server-args", default="", help="more `sharpen serve` options for every server, e.g. \"--threads 2\"")
     parser.add_argument("--checkpoints", help="folder for the written checkpoints, kept for the next run (default: a temporary one)")
-    parser.add_argument("--quick", action="store_true", help="seconds, not minutes: small models, clients 1,2, 2 requests, 8 slots, 1 repeat")
+    parser.add_argument("--quick", action="store_true", help="seconds, not minutes: small models, clients 1,2, 2 requests, 8 slots, 1 repeat (options given still win)")
+    if "--quick" in (sys.argv[1:] if argv is None else argv):  # its sizes as defaults: options given still win
+        parser.set_defaults(models="small", clients="1,2", requests=2, max_tokens=8, repeats=1, context=160)
     args = parser.parse_args(argv)
-    if args.quick:
-        args.models, args.clients, args.requests, args.max_tokens, args.repeats, args.context = "small", "1,2", 2, 8, 1, 160
     args.modes = [m.strip() for m in args.batch.split(",")]
     args.counts = [int(c) for c in args.clients.split(",")]
     kinds, models = args.kinds.split(","), args.models.split(",")
