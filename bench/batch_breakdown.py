@@ -4,8 +4,9 @@
 
 bench/serve.py measures what clients get; this one says why. The same fill-in-the-middle jobs
 (bench/serve.py's fixed mix, every client the whole list rotated) run through one core.run.Runner
-with continuous batching (--max-batch 8), from 1, 2 and 4 threads at once, at each torch thread
-count. Per request, in wall-clock milliseconds of the run's own thread:
+with continuous batching (--max-batch 8), from 1, 2 and 4 threads at once, for each torch thread
+count in a process of its own (the model loaded with that count, as `sharpen serve --threads N`
+loads it). Per request, in wall-clock milliseconds of the run's own thread:
 
 - pass: the packs that held its passes, from the moment the pack started to run to its end
   (timed inside the batcher, core.batch.StepBatcher._run, in the thread that runs the pack);
@@ -20,18 +21,20 @@ the cores it kept busy), and the share of wall time during which 0, 1, 2, ... pa
 Why wall clock: the previous version split the process's CPU time into passes (time.thread_time()
 around each pack) and host (the rest). thread_time counts the CPU of the calling thread only; with
 more than one torch thread a pass's matmuls also run on torch's intra-op worker threads, whose CPU
-lands in the process's total and so was booked as host work, and those workers spin a while after
-each parallel region before they sleep (OpenMP's wait policy), CPU that belongs to no pass and to
-no host work either. At torch threads 2 that inflated "host" by most of a pass per pass (the
-table's `cpu` column beside `wall` shows the spin: more than one core's worth while passes run).
-Wall time per run needs no attribution of threads: a pass takes as long as it takes, however many
-threads compute it, and the run's host work is what its own thread did between its passes.
+lands in the process's total and so was booked as host work, as was the CPU those workers spin
+after each parallel region before they sleep (OpenMP's wait policy), which belongs to no pass and
+to no host work. Measured here, one client, 16 slots: at torch threads 1 it gave passes 34.0 and
+host 12.7 ms of CPU per request, at 2 threads passes 27.1 and host 24.0, the host doubled by a
+thread count that changes no host code; the wall-clock split gives host 9.1 and 9.9 ms. Wall time
+per run needs no attribution of threads: a pass takes as long as it takes, however many threads
+compute it, and the run's host work is what its own thread did between its passes.
 Prints tables; asserts nothing.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import subprocess
 import sys
 import threading
 import time
@@ -81,15 +84,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="checkpoint (default: the embedded model)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--clients", default="1,2,4", help="runs at once, one round each (default 1,2,4)")
-    parser.add_argument("--threads", default="1,2", help="torch thread counts (default 1,2)")
+    parser.add_argument("--threads", default="1,2", help="torch thread counts, each in a process of its own (default 1,2)")
     parser.add_argument("--requests", type=int, default=4, help="requests in the mix each client sends per round (default 4)")
     parser.add_argument("--repeats", type=int, default=2, help="rounds of each (default 2; the tables sum them)")
     parser.add_argument("--max-tokens", type=int, default=32, help="slots per completion (default 32)")
     parser.add_argument("--context", type=int, default=400, help="characters of prompt before the cursor (bench/serve.py's)")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    if len(thread_counts) == 1:
+        return measure(args, thread_counts[0])
+    # Each thread count in a fresh process, its torch threads set at load as `sharpen serve --threads`
+    # does: torch.set_num_threads(2) in a process whose model was loaded at 1 thread made the passes
+    # of runs on other threads 10-20x slower here (load at 2 threads: as fast as expected).
+    given = [a for i, a in enumerate(argv) if a != "--threads" and (i == 0 or argv[i - 1] != "--threads") and not a.startswith("--threads=")]
+    tables: list[list[str]] = [[], []]
+    for threads in thread_counts:
+        child = subprocess.run([sys.executable, __file__, *given, "--threads", str(threads)], capture_output=True, text=True, cwd=ROOT)
+        if child.returncode != 0:
+            sys.stderr.write(child.stderr)
+            return child.returncode
+        parts = child.stdout.split("\nshare of wall time")
+        for table, part in zip(tables, parts):
+            table += [line for line in part.splitlines() if line.startswith(f"| {threads} |")]
+        title = child.stdout.splitlines()[0]
+    print(title)
+    print(COSTS_HEADER)
+    print("\n".join(tables[0]))
+    print(SHARES_HEADER)
+    print("\n".join(tables[1]))
+    return 0
 
-    import torch
 
+COSTS_HEADER = ("| threads | clients | tok/s | x one | wall | pass | wait | host | cpu | passes by kind and runs per pack (count: ms each) |\n"
+                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+SHARES_HEADER = ("\nshare of wall time with k packs running at once\n| threads | clients | " + " | ".join(f"{k}" for k in range(5)) + " |\n"
+                 "|---:|---:|" + "---:|" * 5)
+
+
+def measure(args, threads: int) -> int:
+    """The tables at one torch thread count, the model loaded with it (as `sharpen serve --threads`)."""
     from sharpen.core import batch
     from sharpen.core.models.load import load_model
     from sharpen.core.request import EditRequest
@@ -97,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     from sharpen.core.settings import ModelRequest, Sampling
     from sharpen.core.spans import Span
 
-    denoiser = load_model(ModelRequest(model=args.model, device=args.device))
+    denoiser = load_model(ModelRequest(model=args.model, device=args.device, threads=threads))
     runner = Runner(denoiser, max_waiting=64, batch=8)
     if runner.batcher is None:
         raise SystemExit(f"{denoiser.spec.name or denoiser.spec.family}: its passes do not pack (core.batch.batchable)")
@@ -141,20 +175,17 @@ def main(argv: list[str] | None = None) -> int:
         at_once[running] += ended - last
         return {**totals, "round": ended - started, "cpu": time.process_time() - cpu, "packs": list(packs), "at_once": at_once}
 
-    counts, thread_counts = [int(c) for c in args.clients.split(",")], [int(t) for t in args.threads.split(",")]
+    counts = [int(c) for c in args.clients.split(",")]
     results: dict[tuple[int, int], list[dict]] = {}
-    for threads in thread_counts:
-        torch.set_num_threads(threads)
-        round_of(1)  # warm-up at this thread count: first-call costs stay out of the tables
-        for _ in range(args.repeats):
-            for clients in counts:
-                results.setdefault((threads, clients), []).append(round_of(clients))
+    round_of(1)  # warm-up: first-call costs stay out of the tables
+    for _ in range(args.repeats):
+        for clients in counts:
+            results.setdefault((threads, clients), []).append(round_of(clients))
 
     print(f"# {denoiser.spec.name or denoiser.spec.family}, {denoiser.device}, {args.max_tokens} slots per completion, "
           f"{args.repeats} x a mix of {args.requests} requests per client, summed; ms per request (wall clock of the run's thread)")
-    print("| threads | clients | tok/s | x one | wall | pass | wait | host | cpu | passes by kind and runs per pack (count: ms each) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    for threads in thread_counts:
+    print(COSTS_HEADER)
+    for threads in (threads,):
         base = None
         for clients in counts:
             rounds = results[threads, clients]
@@ -170,9 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             detail = ", ".join(f"{kind} x{runs} ({len(v)}: {sum(v) / len(v) * 1000:.2f})" for (kind, runs), v in sorted(groups.items()))
             print(f"| {threads} | {clients} | {tok_s:.1f} | {tok_s / base:.2f} | {ms['wall']:.1f} | {ms['passes']:.1f} | {ms['wait']:.1f} | "
                   f"{host:.1f} | {ms['cpu']:.1f} | {detail} |")
-    print("\nshare of wall time with k packs running at once")
-    print("| threads | clients | " + " | ".join(f"{k}" for k in range(5)) + " |")
-    print("|---:|---:|" + "---:|" * 5)
+    print(SHARES_HEADER)
     for (threads, clients), rounds in results.items():
         at_once: collections.Counter = sum((r["at_once"] for r in rounds), collections.Counter())
         wall = sum(at_once.values())
