@@ -52,6 +52,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+import torch  # noqa: E402
+
 from serve_models import KINDS, MODELS, checkpoint  # noqa: E402
 
 SOURCES = ["examples/fizzbuzz.py", "core/changes.py", "core/spans.py", "app/specs.py"]
@@ -59,17 +61,21 @@ SOURCES = ["examples/fizzbuzz.py", "core/changes.py", "core/spans.py", "app/spec
 SERVER_ARGS = ["--max-waiting", "64", "--max-seconds", "3600", "--prefix-cache-mb", "0"]
 
 
-def start_server(model: str | None, batch: int, extra: list[str] = ()) -> tuple[subprocess.Popen, int]:
+def launch(model: str | None, batch: int, extra: list[str] = ()) -> tuple[subprocess.Popen, object]:
+    """A server process on a free port; `port_of` waits for it (so several load at once)."""
     log = tempfile.TemporaryFile("w+b")
     args = [sys.executable, "-m", "sharpen.app.cli", "serve", "--port", "0", *SERVER_ARGS, "--max-batch", str(batch)]
     args += (["--model", model] if model else []) + list(extra)
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT)
-    deadline = time.monotonic() + 600
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT), log
+
+
+def port_of(process: subprocess.Popen, log, timeout: float = 600) -> int:
+    deadline = time.monotonic() + timeout
     while True:
         log.seek(0)
         text = log.read().decode("utf-8", "replace")
         if "listening on http://" in text:
-            return process, int(text.split("listening on http://")[1].split()[0].rsplit(":", 1)[1])
+            return int(text.split("listening on http://")[1].split()[0].rsplit(":", 1)[1])
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
             raise SystemExit(f"the server did not start: {text}")
@@ -196,17 +202,17 @@ def percentile(values: list[float], q: float) -> float:
 
 def measure(kind: str, model: str, args, folder: Path) -> dict[tuple[str, int], list[dict]]:
     """Every round of one kind and model size: its servers up side by side, rounds alternating."""
-    path = checkpoint(kind, model, folder)
+    path = checkpoint(kind, model, folder, getattr(torch, args.checkpoint_dtype))
     mix = jobs(args.requests, args.max_tokens, args.context)
     servers: dict[str, list[tuple[subprocess.Popen, int]]] = {}
     rounds: dict[tuple[str, int], list[dict]] = {(m, c): [] for m in args.modes for c in args.counts}
+    launched = {mode: [launch(path, int(mode.partition("x")[0]), args.server_args.split())
+                       for _ in range(int(mode.partition("x")[2] or 1))] for mode in args.modes}
     try:
+        for mode, group in launched.items():
+            servers[mode] = [(process, port_of(process, log)) for process, log in group]
         for mode in args.modes:
-            batch, _, processes = mode.partition("x")
-            servers[mode] = []
-            for _ in range(int(processes or 1)):
-                process, port = start_server(path, int(batch), args.server_args.split())
-                servers[mode].append((process, port))
+            for _, port in servers[mode]:
                 for body in mix:  # warm-up: first-call costs stay out of the table
                     ask(port, body)
         for _ in range(args.repeats):
@@ -214,7 +220,7 @@ def measure(kind: str, model: str, args, folder: Path) -> dict[tuple[str, int], 
                 for c in args.counts:
                     rounds[mode, c].append(round_of([port for _, port in servers[mode]], c, mix))
     finally:
-        for process, _port in (pair for group in servers.values() for pair in group):
+        for process, _log in (pair for group in launched.values() for pair in group):
             process.send_signal(signal.SIGINT)
             try:
                 process.wait(30)
@@ -249,8 +255,8 @@ def table(kind: str, model: str, rounds: dict[tuple[str, int], list[dict]], mode
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"loop kinds (default {','.join(KINDS)})")
-    parser.add_argument("--models", default=",".join(MODELS),
-                        help="small (the embedded model, the tests' tiny fixtures) and/or 0.5b (the Qwen2-0.5B shape); default both")
+    parser.add_argument("--models", default="small,0.5b",
+                        help="small (the embedded model, the tests' tiny fixtures), 0.5b, 1.5b (the Qwen2.5 shapes); default small,0.5b")
     parser.add_argument("--clients", default="1,2,4,8", help="client counts (default 1,2,4,8)")
     parser.add_argument("--requests", type=int, default=4, help="requests in the mix each client sends per round (default 4)")
     parser.add_argument("--repeats", type=int, default=2, help="rounds per client count and server, alternating (default 2)")
@@ -260,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the servers to compare, by --max-batch (default 8,1: batched, one at a time); BxP: P server "
                              "processes of --max-batch B, clients spread over them (8x2: what a second process adds)")
     parser.add_argument("--server-args", default="", help="more `sharpen serve` options for every server, e.g. \"--threads 2\"")
+    parser.add_argument("--checkpoint-dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="how the written checkpoints store their random weights (default float32; the GPU session: bfloat16)")
     parser.add_argument("--checkpoints", help="folder for the written checkpoints, kept for the next run (default: a temporary one)")
     parser.add_argument("--quick", action="store_true", help="seconds, not minutes: small models, clients 1,2, 2 requests, 8 slots, 1 repeat (options given still win)")
     if "--quick" in (sys.argv[1:] if argv is None else argv):  # its sizes as defaults: options given still win
@@ -289,4 +297,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # `timeout` stops this script with SIGTERM: exit through the finally blocks that stop the servers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     sys.exit(main())
