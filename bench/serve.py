@@ -25,8 +25,9 @@ one value down the table). Columns:
 - p50/p90 s: request latency; draft p50/p90: time to the first streamed draft (pooled over repeats);
 - runs/pass: runs' passes over forward passes run, from the server's /metrics counters
   (sharpen_packed_pass_runs_total / sharpen_packed_passes_total) before and after the rounds;
-- alone: the share of passes that held one run. /metrics has only the two totals, so this is their
-  lower bound: a pass that packs holds at least two runs, so at most runs - passes passes packed.
+- alone: the share of passes that held one run, from /metrics' runs-per-pass histogram
+  (sharpen_pass_runs_bucket{le="1"}); a server whose /metrics has only the two totals gets their
+  lower bound, marked >=: a pass that packs holds at least two runs, so at most runs - passes packed.
 
 The prefix cache is off (`--prefix-cache-mb 0`): every round repeats the same prompts, which it
 would answer from cache after the warm-up (`--server-args "--prefix-cache-mb 1024"` keeps it).
@@ -146,16 +147,21 @@ def ask(port: int, body: dict) -> tuple[float, float, int]:
     return first, time.perf_counter() - started, tokens
 
 
-def packing(port: int) -> tuple[int, int] | None:
-    """(packed passes, runs' passes they held) from /metrics; None where runs do not share passes."""
+ALONE = 'sharpen_pass_runs_bucket{le="1"}'  # the runs-per-pass histogram's first bucket, where /metrics has it
+
+
+def packing(port: int) -> tuple[int, int, int | None] | None:
+    """(packed passes, runs' passes they held, passes that held one run where /metrics counts them)
+    from /metrics; None where runs do not share passes."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()
     conn.close()
-    values = dict(line.split() for line in text.splitlines() if line.startswith("sharpen_packed_pass"))
-    if not values:
+    values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith(("sharpen_packed_pass", ALONE)))
+    if "sharpen_packed_passes_total" not in values:
         return None
-    return int(values["sharpen_packed_passes_total"]), int(values["sharpen_packed_pass_runs_total"])
+    alone = int(values[ALONE]) if ALONE in values else None
+    return int(values["sharpen_packed_passes_total"]), int(values["sharpen_packed_pass_runs_total"]), alone
 
 
 def round_of(ports: list[int], clients: int, mix: list[dict]) -> dict:
@@ -186,13 +192,15 @@ def round_of(ports: list[int], clients: int, mix: list[dict]) -> dict:
         raise failed[0]
     after = [packing(port) for port in ports]
     passes = runs = 0
+    alone: int | None = 0
     for b, a in zip(before, after):
         if b is not None:
             passes, runs = passes + a[0] - b[0], runs + a[1] - b[1]
+            alone = None if alone is None or b[2] is None else alone + a[2] - b[2]
     tokens = sum(n for _, _, n in done)
     return {"clients": clients, "requests": len(done), "tokens": tokens, "wall": wall, "tok_s": tokens / wall,
             "latency": [s for _, s, _ in done], "draft": [f for f, _, _ in done], "passes": passes, "runs": runs,
-            "packs": before[0] is not None, "mix": fingerprint([b for w in work for b in w], clients)}
+            "alone": alone, "packs": before[0] is not None, "mix": fingerprint([b for w in work for b in w], clients)}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -240,8 +248,13 @@ def table(kind: str, model: str, rounds: dict[tuple[str, int], list[dict]], mode
             latency = [x for r in rows for x in r["latency"]]
             draft = [x for r in rows for x in r["draft"]]
             passes, runs = sum(r["passes"] for r in rows), sum(r["runs"] for r in rows)
+            counted = [r["alone"] for r in rows]
             if rows[0]["packs"] and passes:
-                per_pass, alone = f"{runs / passes:.2f}", f">= {max(0, 2 * passes - runs) / passes:.0%}"
+                per_pass = f"{runs / passes:.2f}"
+                if None in counted:  # only the totals: their bound (a pass that packs holds two runs or more)
+                    alone = f">= {max(0, 2 * passes - runs) / passes:.0%}"
+                else:
+                    alone = f"{sum(counted) / passes:.0%}"
             else:
                 per_pass = alone = "-"
             mixes = "/".join(sorted({r["mix"] for r in rows}))
