@@ -1,13 +1,13 @@
 """`sharpen serve` with 1, 2, 4 and 8 clients at once, batched against one run at a time, per loop kind.
 
     python bench/serve.py                                    # masked, block-causal, MoE; small models and the 0.5B shape
-    python bench/serve.py --models 0.5b --clients 1,2,4,8    # the issue-44 measurement (minutes per kind on 2 cores)
+    python bench/serve.py --models 0.5b --requests 1 --repeats 1 --context 120   # docs/server.md's table (~10 min per kind here)
     python bench/serve.py --quick                            # seconds: small models, 1 and 2 clients (tests, CI)
     python bench/serve.py --kinds masked --batch 8,8x2,1     # also two batched processes, clients spread over them
 
 For each loop kind (masked, block-causal, mixture of experts) and model size (bench/serve_models.py:
-the embedded model or the tests' tiny fixtures, and checkpoints at the Qwen2-0.5B shape, random
-weights, float32) it starts the servers to compare side by side on free loopback ports: one with
+the embedded model or the tests' tiny fixtures, and checkpoints at the Qwen2.5-0.5B or 1.5B shape,
+random weights, float32 unless --checkpoint-dtype says otherwise) it starts the servers to compare side by side on free loopback ports: one with
 continuous batching (`--max-batch 8`: concurrent runs share passes, core/batch.py) and one with
 batching off (`--max-batch 1`: one run at a time). Their rounds alternate (every client count on
 one, then on the other, `--repeats` times), so load from other work on a shared machine falls on
@@ -17,7 +17,7 @@ completions (/v1/completions, `stream` and `diffusing`: one whole draft per deno
 Every round sends the same mix of requests: one fixed list (real files, a cursor at a line start,
 `--context` characters of prompt before it and a quarter of that after, a seed per request), and
 client k sends the whole list rotated by k. So c clients send c times the same requests, whatever
-c, and `x one` compares equal work (the `mix` column fingerprints each round's requests per client:
+c, and the ratios compare equal work (the `mix` column fingerprints each round's requests per client:
 one value down the table). Columns:
 
 - tok/s: completion tokens over the round's wall time; x one: over the one-at-a-time server's at
