@@ -61,7 +61,8 @@ def instrument(batch) -> tuple[list, dict]:
             end = time.perf_counter()
             for work in pack:
                 work.timed = (start, end)  # Pass has no __slots__: the submitting thread reads it back
-            kind = "canvas" if any(p.ids.numel() > self.rows for p in pack) else "step"
+            # A whole canvas: the batcher's own mark where it has one (Pass.whole), else more rows than a pack of steps holds.
+            kind = "canvas" if any(getattr(p, "whole", p.ids.numel() > getattr(self, "rows", 128)) for p in pack) else "step"
             packs.append((kind, len(pack), start, end))
 
     def timed_submit(self, work):
