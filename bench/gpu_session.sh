@@ -50,6 +50,7 @@ timeout 90 python3 bench/quantize.py --device "$device" --shapes tiny,qwen2-0.5b
 # kind and size prints its rows when done, so a run cut at its 180 s still brings back the ones it finished. The image
 # has no starlette or uvicorn (sharpen's serve extra): their wheels travel in .whl/ (docs/speed.md says how).
 deps=/tmp/sharpen-serve-deps
+: >"$out/serve.err"
 if ! python3 -c 'import starlette, uvicorn' 2>/dev/null && ls .whl/starlette-*.whl .whl/uvicorn-*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$deps" .whl/starlette-*.whl .whl/uvicorn-*.whl >>"$out/install.log" 2>&1
     export PYTHONPATH="$site:$deps"
