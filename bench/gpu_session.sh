@@ -44,4 +44,24 @@ python3 -c 'import sharpen.core.models.loading as l; print("sharpen from", l.__f
 timeout 300 python3 bench/gpu_ready.py --device "$device" --no-compile-count --budget 200 2>"$out/gpu_ready.err" | tee "$out/gpu_ready.md" || echo "gpu_ready.py: exit $? (124: its time limit)"
 # Quantized steps on the GPU: int8, and int4 on PyTorch's own kernel (never run on a GPU before).
 timeout 90 python3 bench/quantize.py --device "$device" --shapes tiny,qwen2-0.5b 2>"$out/quantize.err" | tee "$out/quantize.md" || echo "quantize.py: exit $? (124: its time limit)"
-tail -n 3 "$out/gpu_ready.err" "$out/quantize.err"
+# Concurrent clients on `sharpen serve` at real sizes (bench/serve.py; docs/speed.md, "The serve rows"): the masked
+# and block-causal kinds at the Qwen2.5-0.5B and 1.5B shapes in bfloat16, 1/4/8 clients, batched (--max-batch 8)
+# against one run at a time (--max-batch 1), both eager (--compile off: a compiled model runs one at a time). Each
+# kind and size prints its rows when done, so a run cut at its 180 s still brings back the ones it finished. The image
+# has no starlette or uvicorn (sharpen's serve extra): their wheels travel in .whl/ (docs/speed.md says how).
+deps=/tmp/sharpen-serve-deps
+: >"$out/serve.err"
+if ! python3 -c 'import starlette, uvicorn' 2>/dev/null && ls .whl/starlette-*.whl .whl/uvicorn-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$deps" .whl/starlette-*.whl .whl/uvicorn-*.whl >>"$out/install.log" 2>&1
+    export PYTHONPATH="$site:$deps"
+fi
+if python3 -c 'import starlette, uvicorn' 2>/dev/null; then
+    sizes=0.5b,1.5b; [ "$device" = cuda ] || sizes=small  # a dry run: the same steps at the small sizes
+    timeout 180 python3 bench/serve.py --kinds masked,block-causal --models "$sizes" --clients 1,4,8 --requests 2 --repeats 1 \
+        --max-tokens 32 --checkpoint-dtype bfloat16 --checkpoints /tmp/sharpen-serve-checkpoints \
+        --server-args "--device $device --dtype bfloat16 --compile off" 2>"$out/serve.err" | tee "$out/serve.md" \
+        || echo "serve.py: exit $? (124: its time limit)"
+else
+    echo "serve rows skipped: no starlette/uvicorn for this python3 and none in .whl/ (docs/speed.md)" | tee "$out/serve.md"
+fi
+tail -n 3 "$out/gpu_ready.err" "$out/quantize.err" "$out/serve.err"

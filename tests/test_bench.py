@@ -1,4 +1,6 @@
 """bench/speed.py's measuring loop on the tiny model: every method fills every slot, rows add up."""
+import json
+import re
 import shutil
 
 import pytest
@@ -143,3 +145,105 @@ def test_typing_screen_bench_times_keys_reaching_the_screen(capsys):
     assert typing_screen.main(["--lines", "200", "--keys", "2", "--settle", "1"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| sharpen |")]
     assert len(rows) == 1 and float(rows[0].split("|")[3]) > 0
+
+
+SERVE_COLUMNS = ["kind", "model", "clients", "mode", "requests", "tok/s", "x one at a time", "p50 s", "p90 s", "draft p50 s", "draft p90 s",
+                 "runs/pass", "alone", "mix"]
+
+
+def _markdown_rows(out: str) -> tuple[list[str], list[list[str]]]:
+    lines = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("|---")]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    return cells[0], cells[1:]
+
+
+def test_every_serve_round_sends_the_same_mix_of_requests():
+    import collections
+
+    import serve  # bench/serve.py
+
+    mix = serve.jobs(3, 8, 160)
+    assert mix == serve.jobs(3, 8, 160)  # a fixed list: the same bodies, seeds included, every time
+    for clients in (1, 2, 4, 8):
+        sent = [body for client in serve.schedule(mix, clients) for body in client]
+        counts = collections.Counter(json.dumps(b, sort_keys=True) for b in sent)
+        assert counts == collections.Counter({json.dumps(b, sort_keys=True): clients for b in mix})
+        assert serve.fingerprint(sent, clients) == serve.fingerprint(mix, 1)
+    firsts = [client[0] for client in serve.schedule(mix, 3)]
+    assert len({json.dumps(b) for b in firsts}) == 3  # clients at once start at different places of the mix
+
+
+def test_serve_bench_quick_prints_each_kind_batched_and_one_at_a_time(capsys):
+    import serve  # bench/serve.py: live server processes, the small models
+
+    assert serve.main(["--quick"]) == 0
+    header, rows = _markdown_rows(capsys.readouterr().out)
+    assert header == SERVE_COLUMNS
+    expected = [[kind, "small", str(c), mode, str(2 * c)] for kind in ("masked", "block-causal", "moe")
+                for mode in ("batch 8", "batch 1") for c in (1, 2)]
+    assert [r[:5] for r in rows] == expected
+    assert len({r[-1] for r in rows}) == 1  # every round of every server sent the same mix per client
+    for r in rows:
+        p50, p90, draft50, draft90 = map(float, r[7:11])
+        assert float(r[5]) > 0 and 0 < p50 <= p90 and 0 < draft50 <= draft90 and draft50 <= p90
+        if r[3] == "batch 1":  # batching off: the reference, and no passes packed
+            assert r[6] == "1.00" and r[11] == r[12] == "-"
+        elif r[2] == "1":  # one client: every pass alone
+            assert r[11] == "1.00" and r[12] in ("100%", ">= 100%")
+        else:  # counted, or the bound the totals give (a /metrics without the histogram)
+            assert float(r[11]) >= 1.0 and re.fullmatch(r"(>= )?\d+%", r[12])
+
+
+@pytest.mark.parametrize("histogram", [False, True])
+def test_serve_bench_reads_passes_alone_from_metrics_where_counted(histogram):
+    import http.server
+    import threading
+
+    import serve
+
+    text = "sharpen_runs_waiting 0\nsharpen_packed_passes_total 10\nsharpen_packed_pass_runs_total 25\n"
+    if histogram:
+        text += 'sharpen_pass_runs_bucket{le="1"} 3\nsharpen_pass_runs_bucket{le="2"} 6\n'
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(text.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert serve.packing(server.server_address[1]) == (10, 25, 3 if histogram else None)
+    finally:
+        server.shutdown()
+
+
+def test_serve_bench_spreads_clients_over_batched_processes(capsys):
+    import serve
+
+    assert serve.main(["--quick", "--kinds", "masked", "--clients", "2", "--batch", "8x2,1"]) == 0
+    _, rows = _markdown_rows(capsys.readouterr().out)
+    assert [r[:5] for r in rows] == [["masked", "small", "2", "batch 8x2", "4"], ["masked", "small", "2", "batch 1", "4"]]
+    assert float(rows[0][11]) >= 1.0  # runs per pass summed over both processes' /metrics
+
+
+def test_batch_breakdown_splits_each_requests_wall_time_into_passes_waiting_and_host(capsys):
+    import batch_breakdown
+
+    assert batch_breakdown.main(["--requests", "2", "--repeats", "1", "--clients", "1,2", "--threads", "1,2", "--max-tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    tables = out.split("share of wall time")
+    _, costs = _markdown_rows(tables[0])
+    _, shares = _markdown_rows(tables[1])
+    assert [r[:2] for r in costs] == [["1", "1"], ["1", "2"], ["2", "1"], ["2", "2"]]
+    for r in costs:
+        wall, passes, wait, host = map(float, r[4:8])
+        assert passes > 0 and wait >= 0 and host > 0 and abs(wall - passes - wait - host) < 0.2  # the parts add up
+        assert "canvas x1" in r[9]
+    assert costs[0][3] == costs[2][3] == "1.00" and "x2" not in costs[0][9]  # one client: every pass alone
+    for r in shares:  # the shares of wall time add up to the whole
+        assert abs(sum(float(x.rstrip("%")) for x in r[2:]) - 100) <= 3

@@ -516,28 +516,3 @@ async def test_the_editor_on_a_server_without_drafts_says_so_and_still_edits(ser
         # A plain completions request carries no steps: the server's own defaults apply.
         filled = runner.result(EditRequest(original, (Span(at, at, max_tokens=config.editing.infill_tokens),))).result.spans[0].text
         assert pane.editor.buffer_text == original[:at] + filled + original[at:]
-
-
-def test_serve_bench_prints_a_row_per_client_count():
-    out = subprocess.run([sys.executable, "bench/serve.py", "--requests", "1", "--repeats", "1", "--clients", "1,2", "--max-tokens", "8",
-                          "--batch", "8x2,1"], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert out.returncode == 0, out.stderr
-    rows = [line.split() for line in out.stdout.splitlines() if line.split() and line.split()[1].isdigit()]
-    # Two batched processes (clients spread over them) and one at a time, in one run: mode, clients, requests.
-    assert [r[:3] for r in rows] == [["8x2", "1", "1"], ["8x2", "2", "2"], ["1", "1", "1"], ["1", "2", "2"]]
-    assert rows[0][4] == rows[2][4] == "1.00"  # the x-one column is relative to one client in the same mode
-    assert rows[2][6] == rows[3][6] == "1.00"  # x serial: one at a time against itself
-
-
-def test_batch_breakdown_bench_splits_each_requests_cpu_into_passes_and_host():
-    out = subprocess.run([sys.executable, "bench/batch_breakdown.py", "--requests", "2", "--repeats", "1", "--clients", "2", "--max-tokens", "8"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert out.returncode == 0, out.stderr
-    rows = [line.split() for line in out.stdout.splitlines() if line.split() and line.split()[0].isdigit()]
-    costs, shares = rows[:2], rows[2:]
-    assert [r[0] for r in costs] == ["1", "2"] and costs[0][2] == "1.00"
-    for r in costs:  # cpu = passes + host, to the printed rounding
-        assert abs(float(r[3]) - float(r[4]) - float(r[5])) < 0.15
-    assert "canvas x1" in out.stdout and "step x1" in out.stdout  # one client: every pass alone
-    for r in shares:  # the shares of wall time add up to the whole
-        assert abs(sum(float(x.rstrip("%")) for x in r[1:]) - 100) <= 3
