@@ -133,6 +133,7 @@ class Pass:
     rows: torch.Tensor  # [W] rows of the S projected to the vocabulary
     attend: Attend = FULL  # the run's attention policy for this pass (a block's read-only keys, a mask)
     whole: bool = False  # every row of its canvas, or a prompt's prefill: not a cached step (/metrics)
+    formed: float = 0.0  # when it went into a pack (perf_counter; /metrics sums the waits)
     logits: torch.Tensor | None = None  # [b, W, V] once run
     error: BaseException | None = None
     done: bool = False  # set under the batcher's lock once the pack has run (logits or error set)
@@ -220,7 +221,7 @@ class StepBatcher:
                 self._since = handed_in
             self._pending.append(work)
             self._changed.notify_all()
-            held = False
+            held = False  # this pass waited for another run's pass (counted once)
             while not work.done:
                 if work.pack is not None:  # a pack whose first pass is this run's: run it here
                     pack, work.pack = work.pack, None
@@ -252,9 +253,9 @@ class StepBatcher:
                         self.held += 1
                     self._changed.wait(left)
                     continue
-                if held:
-                    self.held_seconds += time.perf_counter() - handed_in
                 self._form()
+            if held:
+                self.held_seconds += work.formed - handed_in
         if work.error is not None:
             raise work.error
         return work.logits
@@ -281,6 +282,9 @@ class StepBatcher:
 
     def _form(self) -> None:
         """The pending passes into packs, each to run in the thread of its first run. Under the lock."""
+        now = time.perf_counter()
+        for work in self._pending:
+            work.formed = now
         for pack in self._packs(self._pending):
             pack[0].pack = pack
             self.passes += 1
