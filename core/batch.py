@@ -66,16 +66,21 @@ log = logging.getLogger(__name__)
 MAX_WAIT = 0.02  # seconds
 
 # Re-alignment: a pass handed in while another run's pass is running waits for that run to hand in
-# its next pass too, for at most this many expected passes (the batcher's running average of a
-# pack's wall time), so runs that started out of phase come back into one pass instead of
-# alternating alone for good. Measured passes: embedded model 1.8 ms a cached step, 11.8 ms a
-# whole canvas; the Qwen2-0.5B shape 0.3-0.5 s and 1-2 s on this CPU (bench/pack_cost.py). Waiting
-# one expected pass costs a run at most one pass once; going alone costs a pass for every step
-# the two stay apart (two runs' cached steps packed cost 0.55-0.64x the two alone there). A lone
-# run never waits (no other run can hand in); a run that stops handing in passes (cancelled,
-# finished, a slow reader) costs the others at most this bound plus MAX_WAIT per pass.
-ALIGN_PASSES = 1.0
-PASS_SECONDS_WEIGHT = 0.2  # the newest pack's share of that running average
+# its next pass too, so runs that started out of phase come back into one pass instead of
+# alternating alone for good; it waits until the running pack is expected to land, at most
+# ALIGN_PASSES times the running average of a pack of its kind (whole canvas or cached step)
+# after that pack started. Measured passes: embedded model 1.8 ms a cached step, 11.8 ms a whole
+# canvas; the Qwen2-0.5B shape 0.3-0.5 s and 1-2 s on this CPU alone, 5-10 s with four clients on
+# a loaded machine (bench/pack_cost.py; four clients in one process). Waiting costs the waiting run
+# latency only: the running pass already uses every core (on a GPU, the device), so a second pass
+# beside it would have run slower, not sooner; packed, the two cost 0.55-0.88x the two alone. Two
+# expected passes: a pack slowed by load (passes vary 2x on a shared machine) still lands within
+# the bound, a stuck one is given up. A lone run never waits (no other run can hand in); a run that
+# stops handing in passes (cancelled, finished, a slow reader) costs the others at most this bound
+# plus MAX_WAIT per pass. With one average pass as the bound (and from the hand-in) four clients
+# on the 0.5B shape still ran 27 of 36 passes alone: the bound ran out just before the pass landed.
+ALIGN_PASSES = 2.0
+PASS_SECONDS_WEIGHT = 0.2  # the newest pack's share of those running averages
 
 # Rows one packed pass holds at most, by default (a StepBatcher's `rows`): the longest canvas the
 # model takes (its max_seq_len). Memory: a pack's row-wise activations (embedding, norms, q/k/v,
@@ -180,8 +185,9 @@ class StepBatcher:
         self.denoiser = denoiser
         self.max_wait = max_wait
         self.rows = rows or denoiser.max_len  # most rows in one packed pass (see the module's constants)
-        self.align_wait = align_wait  # the re-alignment bound in seconds; None: ALIGN_PASSES expected passes
-        self.pass_seconds = 0.0  # running average of a pack's wall time (0 until one has run)
+        self.align_wait = align_wait  # the re-alignment bound in seconds from the hand-in; None: ALIGN_PASSES expected passes
+        self.pass_seconds = {True: 0.0, False: 0.0}  # running average of a pack's wall time, holding a whole canvas or not (0: none yet)
+        self._flights: dict[int, tuple[float, bool]] = {}  # running packs: id -> (when formed, holds a whole canvas)
         self._changed = threading.Condition()
         self._members = 0  # runs inside member(): each hands in one pass per step
         self._pending: list[Pass] = []
@@ -238,9 +244,10 @@ class StepBatcher:
                             member.done = True
                         self._in_flight -= len(pack)
                         self._landed = time.perf_counter()
-                        seconds = self._landed - started
-                        self.pass_seconds = seconds if not self.pass_seconds else (
-                            PASS_SECONDS_WEIGHT * seconds + (1 - PASS_SECONDS_WEIGHT) * self.pass_seconds)
+                        _, whole = self._flights.pop(id(pack))
+                        seconds, average = self._landed - started, self.pass_seconds[whole]
+                        self.pass_seconds[whole] = seconds if not average else (
+                            PASS_SECONDS_WEIGHT * seconds + (1 - PASS_SECONDS_WEIGHT) * average)
                         self._changed.notify_all()
                     continue
                 if work not in self._pending:  # in a pack another run's thread runs
@@ -266,16 +273,19 @@ class StepBatcher:
 
         Every run in the batch has handed one in: now (so a lone run never waits). A run between
         two passes is waited for MAX_WAIT from the later of the oldest pending pass and the last
-        pack's landing; a run whose pass is running, for the re-alignment bound (ALIGN_PASSES)
-        from the oldest pending pass: its pass lands, it hands in its next, and the two share it."""
+        pack's landing; a run whose pass is running, until its pack is expected to land
+        (ALIGN_PASSES): it lands, that run hands in its next pass, and the two share it."""
         missing = self._members - len(self._pending)
         if missing <= 0:
             return 0.0
         now = time.perf_counter()
         left = 0.0
         if self._in_flight:
-            bound = self.align_wait if self.align_wait is not None else ALIGN_PASSES * self.pass_seconds
-            left = self._since + bound - now
+            if self.align_wait is not None:
+                left = self._since + self.align_wait - now
+            else:  # until the last running pack is expected to land (nothing measured yet: no wait)
+                known = max(self.pass_seconds.values())
+                left = max(formed + ALIGN_PASSES * (self.pass_seconds[whole] or known) for formed, whole in self._flights.values()) - now
         if missing > self._in_flight:  # some run is between passes
             left = max(left, max(self._since, self._landed) + self.max_wait - now)
         return left
@@ -287,6 +297,7 @@ class StepBatcher:
             work.formed = now
         for pack in self._packs(self._pending):
             pack[0].pack = pack
+            self._flights[id(pack)] = (now, any(w.whole for w in pack))
             self.passes += 1
             self.packed_runs += len(pack)
             self.by_runs[len(pack)] += 1
