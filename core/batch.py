@@ -59,11 +59,15 @@ from .models.model import Transformer
 
 log = logging.getLogger(__name__)
 
-# How long handed-in passes wait for a run between two passes (its step's sampling on the host: a
-# few milliseconds for the embedded model on a CPU) before they run without it, counted from when
-# they were handed in or that run's last pass landed, whichever is later; a run held up longer (a
-# slow reader of its events) must not stall the others.
+# How long handed-in passes wait for a run between two passes (its step's sampling on the host:
+# a few milliseconds for the embedded model on a CPU, tens on the 0.5B shape, whose vocabulary is
+# 37x larger) before they run without it: MAX_WAIT, or twice the batcher's running average of the
+# time runs spend between two passes where that is longer (HOST_WAITS), but never longer than a
+# pass of the kind just run takes (waiting longer than the pass it would share costs more than
+# it saves); counted from when they were handed in or that run's last pass landed, whichever is
+# later. A run held up longer (a slow reader of its events) must not stall the others.
 MAX_WAIT = 0.02  # seconds
+HOST_WAITS = 2.0
 
 # Re-alignment: a pass handed in while another run's pass is running waits for that run to hand in
 # its next pass too, so runs that started out of phase come back into one pass instead of
@@ -188,6 +192,7 @@ class StepBatcher:
         self.align_wait = align_wait  # the re-alignment bound in seconds from the hand-in; None: ALIGN_PASSES expected passes
         self.pass_seconds = {True: 0.0, False: 0.0}  # running average of a pack's wall time, holding a whole canvas or not (0: none yet)
         self._flights: dict[int, tuple[float, bool]] = {}  # running packs: id -> (when formed, holds a whole canvas)
+        self.host_seconds = 0.0  # running average of the time a run spends between two of its passes
         self._changed = threading.Condition()
         self._members = 0  # runs inside member(): each hands in one pass per step
         self._pending: list[Pass] = []
@@ -219,10 +224,14 @@ class StepBatcher:
             return BatchCounts(self.passes, self.packed_runs, tuple(sorted(self.by_runs.items())), self.whole_passes,
                                self.whole_runs, self.held, self.held_seconds)
 
-    def submit(self, work: Pass) -> torch.Tensor:
-        """Hand in one run's pass; returns its logits once a packed pass has run it."""
+    def submit(self, work: Pass, between: float | None = None) -> torch.Tensor:
+        """Hand in one run's pass; returns its logits once a packed pass has run it. `between`:
+        the seconds since the run's previous pass returned (None: its first)."""
         with self._changed:
             handed_in = time.perf_counter()
+            if between is not None:
+                self.host_seconds = between if not self.host_seconds else (
+                    PASS_SECONDS_WEIGHT * between + (1 - PASS_SECONDS_WEIGHT) * self.host_seconds)
             if not self._pending:
                 self._since = handed_in
             self._pending.append(work)
@@ -272,8 +281,8 @@ class StepBatcher:
         (0 or less: run now). Called under the lock.
 
         Every run in the batch has handed one in: now (so a lone run never waits). A run between
-        two passes is waited for MAX_WAIT from the later of the oldest pending pass and the last
-        pack's landing; a run whose pass is running, until its pack is expected to land
+        two passes is waited for MAX_WAIT (or HOST_WAITS measured host times) from the later of the
+        oldest pending pass and the last pack's landing; a run whose pass is running, until its pack is expected to land
         (ALIGN_PASSES): it lands, that run hands in its next pass, and the two share it."""
         missing = self._members - len(self._pending)
         if missing <= 0:
@@ -287,7 +296,8 @@ class StepBatcher:
                 known = max(self.pass_seconds.values())
                 left = max(formed + ALIGN_PASSES * (self.pass_seconds[whole] or known) for formed, whole in self._flights.values()) - now
         if missing > self._in_flight:  # some run is between passes
-            left = max(left, max(self._since, self._landed) + self.max_wait - now)
+            grace = max(self.max_wait, min(HOST_WAITS * self.host_seconds, max(self.pass_seconds.values())))
+            left = max(left, max(self._since, self._landed) + grace - now)
         return left
 
     def _form(self) -> None:
@@ -367,6 +377,7 @@ class BatchedDenoiser:
         self._denoiser = denoiser
         self._batcher = batcher
         self._check = True  # this run's next pass is checked (its first, and the first of each cache)
+        self._returned: float | None = None  # when its previous pass's logits came back (the batcher learns the host time)
 
     def __getattr__(self, name: str):
         return getattr(self._denoiser, name)
@@ -387,7 +398,9 @@ class BatchedDenoiser:
             work = Pass(x, torch.arange(T, device=x.device), cache, source, attend, whole=True)
         else:  # a block-causal prefill (its blocks under a mask) counts as whole too; a cached step does not
             work = Pass(x[:, run], run, cache, torch.searchsorted(run, source), attend, whole=attend.mask is not None)
-        logits = self._batcher.submit(work)  # [B, W, V]
+        between = None if self._returned is None else time.perf_counter() - self._returned
+        logits = self._batcher.submit(work, between)  # [B, W, V]
+        self._returned = time.perf_counter()
         if self._check:
             self._check = False
             check_finite(logits)
