@@ -14,8 +14,9 @@ finishes or is cancelled leaves the batch, and a new run joins at the next step 
 canvases (prefills, block refreshes, the masked loop's uncached passes) pack like cached steps
 (a request under a release's defaults is mostly such passes): see the bound on `rows` below.
 
-Scheduling (`StepBatcher.submit`): a run between two passes is waited for at most MAX_WAIT; a run
-whose pass is still running, at most ALIGN_PASSES expected passes, for it to hand in its next one:
+Scheduling (`StepBatcher.submit`): a run between two passes is waited for MAX_WAIT or its
+measured host time (HOST_WAITS); a run whose pass is still running, until that pass is expected
+to land (ALIGN_PASSES), for it to hand in its next one:
 so runs that started out of phase re-align at a step boundary and share passes from then on
 (without it they alternate alone for good). A lone run never waits.
 
@@ -62,8 +63,8 @@ log = logging.getLogger(__name__)
 # How long handed-in passes wait for a run between two passes (its step's sampling on the host:
 # a few milliseconds for the embedded model on a CPU, tens on the 0.5B shape, whose vocabulary is
 # 37x larger) before they run without it: MAX_WAIT, or twice the batcher's running average of the
-# time runs spend between two passes where that is longer (HOST_WAITS), but never longer than a
-# pass of the kind just run takes (waiting longer than the pass it would share costs more than
+# time runs spend between two passes where that is longer (HOST_WAITS), but never longer than an
+# average pass of the longer kind (waiting longer than the pass it would share costs more than
 # it saves); counted from when they were handed in or that run's last pass landed, whichever is
 # later. A run held up longer (a slow reader of its events) must not stall the others.
 MAX_WAIT = 0.02  # seconds
