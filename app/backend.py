@@ -47,7 +47,7 @@ class Backend(Protocol):
 
     def waiting(self) -> int: ...  # runs in line, the running ones included
 
-    def batching(self) -> tuple[int, int] | None: ...  # (packed passes, runs' passes they held) when runs share passes
+    def batching(self) -> tuple | None: ...  # (packed passes, runs' passes they held, ...: core.batch.BatchCounts) when runs share passes
 
     def reads(self, sampling) -> frozenset[str] | None: ...  # the Sampling fields the model's loop reads (None: the backend decides)
 
@@ -118,9 +118,9 @@ class LocalBackend:
     def waiting(self) -> int:
         return self.runner.waiting if self.runner is not None else 0
 
-    def batching(self) -> tuple[int, int] | None:
+    def batching(self) -> tuple | None:
         batcher = self.runner.batcher if self.runner is not None else None
-        return (batcher.passes, batcher.packed_runs) if batcher is not None else None
+        return batcher.counts() if batcher is not None else None
 
     def reads(self, sampling) -> frozenset[str] | None:
         from ..core.loops import kind_of
@@ -166,7 +166,7 @@ class Served:
     def waiting(self) -> int:
         return 0
 
-    def batching(self) -> tuple[int, int] | None:
+    def batching(self) -> tuple | None:
         return None
 
     def reads(self, sampling) -> frozenset[str] | None:

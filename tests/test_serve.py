@@ -182,6 +182,14 @@ def test_four_clients_at_once_each_get_what_they_would_alone(server, runner):
     # /metrics shows the sharing: more runs' passes than passes run.
     passes, runs = metric(server, "sharpen_packed_passes_total") - passes, metric(server, "sharpen_packed_pass_runs_total") - runs
     assert 0 < passes < runs
+    # Runs per pass as a histogram: its count and sum are those totals, its buckets cumulative;
+    # each infill's length pass is a whole canvas, so some passes held canvases.
+    total, summed = metric(server, "sharpen_packed_passes_total"), metric(server, "sharpen_packed_pass_runs_total")
+    assert (metric(server, "sharpen_pass_runs_count"), metric(server, "sharpen_pass_runs_sum")) == (total, summed)
+    buckets = [metric(server, f'sharpen_pass_runs_bucket{{le="{le}"}}') for le in (1, 2, 3, 4, 6, 8, 16, "+Inf")]
+    assert buckets == sorted(buckets) and buckets[-1] == total and buckets[0] < total
+    assert 0 < metric(server, "sharpen_whole_canvas_passes_total") <= metric(server, "sharpen_whole_canvas_pass_runs_total")
+    assert metric(server, "sharpen_passes_held_total") >= 0 and metric(server, "sharpen_passes_held_seconds_total") >= 0
 
 
 def test_edits_stream_sends_each_steps_slot_states_then_the_change_set(server, runner):

@@ -30,8 +30,9 @@ class Metrics:
         with self._lock:
             self.cancelled += 1
 
-    def render(self, waiting: int, batching: tuple[int, int] | None = None) -> str:
-        """The text; `batching`: (packed passes run, runs' passes they held) when runs share passes."""
+    def render(self, waiting: int, batching=None) -> str:
+        """The text; `batching`: the batcher's counts (core.batch.BatchCounts: packed passes run,
+        runs' passes they held, ...) when runs share passes."""
         with self._lock:
             lines = [
                 "# HELP sharpen_requests_total Requests answered, by endpoint and status.",
@@ -63,4 +64,36 @@ class Metrics:
                 "# TYPE sharpen_packed_pass_runs_total counter",
                 f"sharpen_packed_pass_runs_total {batching[1]}",
             ]
+            if len(batching) > 2:  # a local batcher's full counts (core.batch.BatchCounts)
+                lines += _batching_details(batching)
         return "\n".join(lines) + "\n"
+
+
+RUNS_BUCKETS = (1, 2, 3, 4, 6, 8, 16)  # runs per pass: le="1" is the passes that ran alone
+
+
+def _batching_details(counts) -> list[str]:
+    """Runs per pass as a Prometheus histogram, the whole-canvas passes apart, and the passes that
+    waited for another run's (core/batch.py's re-alignment)."""
+    by_runs = dict(counts.by_runs)
+    cumulative = [sum(n for runs, n in by_runs.items() if runs <= le) for le in RUNS_BUCKETS]
+    return [
+        "# HELP sharpen_pass_runs Runs each packed forward pass held (le=\"1\": passes that ran alone).",
+        "# TYPE sharpen_pass_runs histogram",
+        *(f'sharpen_pass_runs_bucket{{le="{le}"}} {n}' for le, n in zip(RUNS_BUCKETS, cumulative)),
+        f'sharpen_pass_runs_bucket{{le="+Inf"}} {counts.passes}',
+        f"sharpen_pass_runs_sum {counts.packed_runs}",
+        f"sharpen_pass_runs_count {counts.passes}",
+        "# HELP sharpen_whole_canvas_passes_total Packed passes that held a whole canvas (a prefill, a refresh, an uncached step).",
+        "# TYPE sharpen_whole_canvas_passes_total counter",
+        f"sharpen_whole_canvas_passes_total {counts.whole_passes}",
+        "# HELP sharpen_whole_canvas_pass_runs_total Whole canvases those passes held (over them: canvases per canvas pass).",
+        "# TYPE sharpen_whole_canvas_pass_runs_total counter",
+        f"sharpen_whole_canvas_pass_runs_total {counts.whole_runs}",
+        "# HELP sharpen_passes_held_total Runs' passes that waited for another run's pass before running (re-alignment).",
+        "# TYPE sharpen_passes_held_total counter",
+        f"sharpen_passes_held_total {counts.held}",
+        "# HELP sharpen_passes_held_seconds_total Time those passes waited, summed.",
+        "# TYPE sharpen_passes_held_seconds_total counter",
+        f"sharpen_passes_held_seconds_total {counts.held_seconds:.6f}",
+    ]
