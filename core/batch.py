@@ -340,9 +340,18 @@ class StepBatcher:
         self._changed.notify_all()
 
     def _packs(self, passes: list[Pass]) -> list[list[Pass]]:
-        """The step's passes in packs of at most `rows` rows: whole canvases and cached steps alike,
-        in as few packs as hold them, balanced by rows (the largest first, each into the emptiest
-        pack it fits); a pass over `rows` rows is a pack of its own."""
+        """The step's passes in packs (`_fill`). Under compile, the passes the compiled pack takes
+        are packed apart from those it does not (a long whole canvas, a cache outside its pool):
+        one such pass in a pack would send the whole pack, cached steps and all, down the eager path."""
+        if self.compiled is None:
+            return self._fill(passes)
+        graphed = [w for w in passes if self.compiled.takes([w])]
+        return self._fill(graphed) + self._fill([w for w in passes if not any(w is g for g in graphed)])
+
+    def _fill(self, passes: list[Pass]) -> list[list[Pass]]:
+        """Passes in packs of at most `rows` rows: whole canvases and cached steps alike, in as few
+        packs as hold them, balanced by rows (the largest first, each into the emptiest pack it
+        fits); a pass over `rows` rows is a pack of its own."""
         big = [[w] for w in passes if w.ids.numel() > self.rows]
         small = sorted((w for w in passes if w.ids.numel() <= self.rows), key=lambda w: -w.ids.numel())
         count = -(-sum(w.ids.numel() for w in small) // self.rows)
