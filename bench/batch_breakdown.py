@@ -62,13 +62,13 @@ def instrument(batch) -> tuple[list, dict]:
             for work in pack:
                 work.timed = (start, end)  # Pass has no __slots__: the submitting thread reads it back
             # A whole canvas: the batcher's own mark where it has one (Pass.whole), else more rows than a pack of steps holds.
-            kind = "canvas" if any(getattr(p, "whole", p.ids.numel() > getattr(self, "rows", 128)) for p in pack) else "step"
+            kind = "canvas" if any(p.whole for p in pack) else "step"
             packs.append((kind, len(pack), start, end))
 
-    def timed_submit(self, work):
+    def timed_submit(self, work, *rest):  # rest: the run's time between passes (core/batch.py submit)
         entered = time.perf_counter()
         try:
-            return submit(self, work)
+            return submit(self, work, *rest)
         finally:
             inside = time.perf_counter() - entered
             start, end = getattr(work, "timed", (0.0, 0.0))
