@@ -88,3 +88,37 @@ def local_text(runner, text: str, at: int, tokens: int, **sampling) -> str:
     from sharpen.core.spans import Span
 
     return runner.result(EditRequest(text, (Span(at, at, max_tokens=tokens),), Sampling(**sampling))).result.spans[0].text
+
+
+def four_runs_second_stopped(runner, batch: list) -> tuple[list, list[int]]:
+    """Four runs of `batch` at once on `runner`, the second stopped from its third frame on (read
+    by its loop between steps). Returns each run's events and the batcher's runs per pass formed
+    after the stop was seen: within one step, no pass holds four runs again."""
+    import threading
+
+    seen: dict = {"frames": 0, "passes_at_stop": None}
+
+    def stop_after_three() -> bool:
+        if seen["passes_at_stop"] is None and seen["frames"] >= 3:
+            seen["passes_at_stop"] = len(runner.batcher.runs_per_pass)
+        return seen["passes_at_stop"] is not None
+
+    stops = [lambda: False, stop_after_three, lambda: False, lambda: False]
+    out: list = [None] * 4
+    start = threading.Barrier(4)
+
+    def one(i: int) -> None:
+        start.wait()
+        events = []
+        for event in runner.run(batch[i], stops[i]):
+            events.append(event)
+            if i == 1:
+                seen["frames"] += 1
+        out[i] = events
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    return out, runner.batcher.runs_per_pass[seen["passes_at_stop"]:]

@@ -15,6 +15,7 @@ from sharpen.core.request import EditRequest
 from sharpen.core.run import Done, Runner
 from sharpen.core.settings import Sampling
 from sharpen.core.spans import Span
+from serving import four_runs_second_stopped
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,36 +125,10 @@ def test_a_stopped_run_leaves_the_batch_within_one_step_and_the_others_are_uncha
     alone = [fingerprint(Runner(embedded).result(r)) for r in batch]
     runner = Runner(embedded, batch=4)
     runner.batcher.max_wait = 1.0
-    seen = {"frames": 0, "passes_at_stop": None}
-
-    def stop_after_three() -> bool:
-        # Read by the loop between steps: turns true after the second run's third frame.
-        if seen["passes_at_stop"] is None and seen["frames"] >= 3:
-            seen["passes_at_stop"] = len(runner.batcher.runs_per_pass)
-        return seen["passes_at_stop"] is not None
-
-    stops = [lambda: False, stop_after_three, lambda: False, lambda: False]
-    out: list = [None] * 4
-    start = threading.Barrier(4)
-
-    def one(i: int) -> None:
-        start.wait()
-        events = []
-        for event in runner.run(batch[i], stops[i]):
-            events.append(event)
-            if i == 1:
-                seen["frames"] += 1
-        out[i] = events
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
+    out, after = four_runs_second_stopped(runner, batch)
     assert not isinstance(out[1][-1], Done)  # stopped: no result
     assert [fingerprint(out[i][-1]) for i in (0, 2, 3)] == [alone[i] for i in (0, 2, 3)]
     # Within one step: after the stop was seen, no pass held four runs' rows again.
-    after = runner.batcher.runs_per_pass[seen["passes_at_stop"]:]
     assert after and max(after) <= 3
     assert runner.waiting == 0
 
