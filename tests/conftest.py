@@ -1,4 +1,14 @@
+import os
+
 import pytest
+import torch
+
+# Triton kernels run interpreted where there is no GPU (tests/test_kernels.py). Triton reads the
+# flag when it is first imported, and torch.compile imports it (tests/test_batching_compiled.py
+# runs before test_kernels.py, which used to set it at its own import): so it is set here, before
+# any test runs. Seen failing: the 30 kernel tests, after test_batching_compiled.py, without this.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from checkpoints import write_tiny_sharpen
 
